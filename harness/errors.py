@@ -1,0 +1,74 @@
+"""Errors raised by the caller side of the distributed AHP harness.
+
+The protocol's own errors (``IncompatibleRequirementError``, ``SessionBlockedError``,
+``HarnessTransportError``, ``TaskStartUnconfirmedError`` ...) come from
+``agent_harness_protocol`` and are raised unchanged. Everything this package adds
+descends from one root::
+
+    CeleryHarnessError (RuntimeError)
+    ├── CheckpointCleanupError      stored context of released sessions may remain
+    ├── RemoteTaskError             the worker-side exception behind a Failed outcome
+    ├── UnknownSessionError         no session with that id exists in this namespace
+    └── EmbeddedRedisError          the embedded Redis server could not be managed
+        ├── EmbeddedRedisAlreadyStartedError
+        ├── RedisPortInUseError
+        └── RedisBinaryNotFoundError
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from agent_harness_protocol import SessionId
+
+
+class CeleryHarnessError(RuntimeError):
+    """Root of every error this package defines."""
+
+
+class CheckpointCleanupError(CeleryHarnessError):
+    """Deleting a released session's checkpoint thread failed or exceeded its budget.
+
+    Task outcomes and closed handles are unaffected; only the stored context may remain.
+    """
+
+    def __init__(self, failures: Mapping[SessionId, BaseException]) -> None:
+        self.failures: Mapping[SessionId, BaseException] = dict(failures)
+        detail = "; ".join(
+            f"{session_id.value}: {type(error).__name__}: {error}"
+            for session_id, error in self.failures.items()
+        )
+        super().__init__(f"checkpoint cleanup failed for released sessions: {detail}")
+
+
+class RemoteTaskError(CeleryHarnessError):
+    """An exception raised on a worker, carried back across the process boundary.
+
+    Only its type name, module and message cross the wire (never a pickled object).
+    """
+
+    def __init__(self, type_name: str, module: str, message: str) -> None:
+        self.type_name = type_name
+        self.module = module
+        self.remote_message = message
+        super().__init__(f"{module}.{type_name}: {message}" if module else f"{type_name}: {message}")
+
+
+class UnknownSessionError(CeleryHarnessError, LookupError):
+    """The session id names no session of this harness namespace."""
+
+
+class EmbeddedRedisError(CeleryHarnessError):
+    """The embedded Redis server could not be started, reached or stopped."""
+
+
+class EmbeddedRedisAlreadyStartedError(EmbeddedRedisError):
+    """``start()`` was called on a server that is already running."""
+
+
+class RedisPortInUseError(EmbeddedRedisError):
+    """The requested port is already bound by another process."""
+
+
+class RedisBinaryNotFoundError(EmbeddedRedisError):
+    """The Redis 8 binary or its modules are not installed (extra ``embedded-redis``)."""
