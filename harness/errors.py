@@ -8,6 +8,7 @@ descends from one root::
     CeleryHarnessError (RuntimeError)
     ├── CheckpointCleanupError      stored context of released sessions may remain
     ├── RemoteTaskError             the worker-side exception behind a Failed outcome
+    ├── SessionBusyError            another task of the session has not settled yet
     ├── UnknownSessionError         no session with that id exists in this namespace
     └── EmbeddedRedisError          the embedded Redis server could not be managed
         ├── EmbeddedRedisAlreadyStartedError
@@ -52,6 +53,10 @@ class RemoteTaskError(CeleryHarnessError):
         self.module = module
         self.remote_message = message
         super().__init__(f"{module}.{type_name}: {message}" if module else f"{type_name}: {message}")
+
+
+class SessionBusyError(CeleryHarnessError):
+    """A session runs one task at a time; the previous task has not settled."""
 
 
 class UnknownSessionError(CeleryHarnessError, LookupError):

@@ -1,0 +1,177 @@
+"""Support discovery, validation and admission, all derived from one profile.
+
+``support``, ``validate()`` and the admission checks of ``create_session`` and
+``start_task`` read the same declaration, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+from agent_harness_protocol import (
+    SUPPORTED,
+    ApprovalRequirement,
+    Capability,
+    CompatibilityIssue,
+    CompatibilityIssueKind,
+    CompatibilityReport,
+    ContextRetentionDisposition,
+    ContextRetentionRequirement,
+    NetworkAccess,
+    QuestionRequirement,
+    SessionSpec,
+    StructuredOutputRequirement,
+    Support,
+    SupportReport,
+    TaskRequest,
+    TextInput,
+    UnknownSupport,
+    Unsupported,
+    UserHistoryVisibility,
+    UserHistoryVisibilityRequirement,
+)
+
+from wire.profiles import AgentProfile
+
+MAX_INPUT_CHARACTERS = 1_000_000
+
+
+def _declared_support(declared: object, satisfies: object, capability: str) -> Support:
+    if declared == satisfies:
+        return SUPPORTED
+    if declared in {ContextRetentionDisposition.UNKNOWN, UserHistoryVisibility.UNKNOWN}:
+        return UnknownSupport(
+            f"{capability} depends on how the deployment's Redis persists data and whether the "
+            "model provider or tracing keep inputs; declare it in the agent profile"
+        )
+    return Unsupported(f"the agent profile declares {capability} {declared}")
+
+
+def _declared_issue(path: str, declared: object, requirement: object) -> CompatibilityIssue:
+    if declared in {ContextRetentionDisposition.UNKNOWN, UserHistoryVisibility.UNKNOWN}:
+        return CompatibilityIssue(
+            path,
+            f"cannot confirm {requirement}: the agent profile does not declare this disposition",
+            CompatibilityIssueKind.UNCONFIRMED,
+        )
+    return CompatibilityIssue(path, f"the agent profile declares {declared}, not {requirement}")
+
+
+def support_report(profile: AgentProfile) -> SupportReport:
+    return SupportReport(
+        {
+            Capability.CALLER_APPROVAL: Unsupported(
+                "this graph has no caller approval route yet; DENY_ALL is admitted"
+            ),
+            Capability.QUESTIONS: Unsupported("this graph has no caller question route yet"),
+            Capability.PERSISTENCE: Unsupported(
+                "sessions are not reopenable yet: no persistent session reference is issued"
+            ),
+            Capability.WORKSPACE: Unsupported("the model-only graph establishes no workspace"),
+            Capability.EXECUTION_CONSTRAINT: Unsupported(
+                "the harness cannot enforce the model provider's filesystem or network policy"
+            ),
+            Capability.STRUCTURED_OUTPUT: Unsupported(
+                "structured output validation is not part of this graph"
+            ),
+            Capability.DIAGNOSTICS: SUPPORTED,
+            Capability.CONTEXT_RETENTION: _declared_support(
+                profile.retention, ContextRetentionDisposition.EPHEMERAL, "context retention"
+            ),
+            Capability.USER_HISTORY_VISIBILITY: _declared_support(
+                profile.history_visibility, UserHistoryVisibility.HIDDEN, "user-history visibility"
+            ),
+        }
+    )
+
+
+def validate_session(profile: AgentProfile, spec: SessionSpec) -> CompatibilityReport:
+    """Every issue of ``spec`` against ``profile``; nothing is started or written."""
+    issues: list[CompatibilityIssue] = []
+    requirements = spec.requirements
+    if spec.model is not None and spec.model != profile.model_id:
+        issues.append(
+            CompatibilityIssue(
+                "model",
+                f"model {spec.model!r} is not the model of profile {profile.name!r}"
+                + (f" ({profile.model_id!r})" if profile.model_id else " (none declared)"),
+            )
+        )
+    if requirements.approval not in {ApprovalRequirement.PROVIDER_DEFAULT, ApprovalRequirement.DENY_ALL}:
+        issues.append(
+            CompatibilityIssue("requirements.approval", "this graph cannot route approval decisions")
+        )
+    if requirements.questions is not QuestionRequirement.NOT_REQUIRED:
+        issues.append(
+            CompatibilityIssue("requirements.questions", "this graph cannot route caller answers")
+        )
+    if requirements.persistence is not None:
+        issues.append(
+            CompatibilityIssue(
+                "requirements.persistence", "persistent sessions are not offered by this harness yet"
+            )
+        )
+    if requirements.workspace is not None:
+        issues.append(
+            CompatibilityIssue("requirements.workspace", "the graph establishes no workspace")
+        )
+    if requirements.execution is not None:
+        dimensions: list[str] = []
+        if requirements.execution.filesystem is not None:
+            dimensions.append("filesystem")
+        if requirements.execution.network is not None:
+            dimensions.append(
+                "network allowed"
+                if requirements.execution.network is NetworkAccess.ALLOWED
+                else "network denied"
+            )
+        issues.append(
+            CompatibilityIssue(
+                "requirements.execution",
+                f"cannot enforce provider execution constraint: {', '.join(dimensions)}",
+            )
+        )
+    if requirements.retention is ContextRetentionRequirement.EPHEMERAL:
+        if profile.retention is not ContextRetentionDisposition.EPHEMERAL:
+            issues.append(
+                _declared_issue("requirements.retention", profile.retention, requirements.retention)
+            )
+    elif requirements.retention is not ContextRetentionRequirement.PROVIDER_DEFAULT:
+        issues.append(
+            CompatibilityIssue("requirements.retention", "unsupported context-retention requirement")
+        )
+    if requirements.history_visibility is UserHistoryVisibilityRequirement.HIDDEN:
+        if profile.history_visibility is not UserHistoryVisibility.HIDDEN:
+            issues.append(
+                _declared_issue(
+                    "requirements.history_visibility",
+                    profile.history_visibility,
+                    requirements.history_visibility,
+                )
+            )
+    elif requirements.history_visibility is not UserHistoryVisibilityRequirement.PROVIDER_DEFAULT:
+        issues.append(
+            CompatibilityIssue(
+                "requirements.history_visibility", "unsupported user-history visibility requirement"
+            )
+        )
+    return CompatibilityReport(issues)
+
+
+def validate_task(request: TaskRequest) -> CompatibilityReport:
+    issues: list[CompatibilityIssue] = []
+    if not isinstance(request.input, TextInput):
+        issues.append(CompatibilityIssue("input", "only TextInput is accepted"))
+    elif len(request.input.text) > MAX_INPUT_CHARACTERS:
+        issues.append(
+            CompatibilityIssue(
+                "input.text",
+                f"input of {len(request.input.text)} characters exceeds the limit of "
+                f"{MAX_INPUT_CHARACTERS}",
+            )
+        )
+    if isinstance(request.requirements.output, StructuredOutputRequirement):
+        issues.append(
+            CompatibilityIssue(
+                "requirements.output", "this graph does not validate structured model output"
+            )
+        )
+    return CompatibilityReport(issues)

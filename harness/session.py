@@ -1,0 +1,167 @@
+"""The caller-side handle of one session (one LangGraph checkpoint thread)."""
+
+from __future__ import annotations
+
+import asyncio
+from uuid import uuid4
+
+from agent_harness_protocol import (
+    AgentSession,
+    AgentTask,
+    CompatibilityReport,
+    HarnessTransportError,
+    PersistentSessionRef,
+    SessionBlockedError,
+    SessionDisposition,
+    SessionId,
+    SessionSpec,
+    TaskId,
+    TaskRequest,
+    TaskStartUnconfirmedError,
+    TextInput,
+    UnconfirmedStart,
+    UnresolvedReason,
+)
+
+from wire.codec import dumps
+from wire.store import StartResult
+
+from .admission import validate_task
+from .errors import CheckpointCleanupError, SessionBusyError
+from .runtime import CallerRuntime
+from .task import CeleryTask
+from .transport import PublishError, PublishFate
+
+
+def _observe(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+class CelerySession(AgentSession):
+    def __init__(self, runtime: CallerRuntime, session_id: SessionId, spec: SessionSpec) -> None:
+        self.runtime = runtime
+        self._id = session_id
+        self._spec = spec
+        self._closed = False
+        self._current: CeleryTask | None = None
+        self._release_task: asyncio.Task[None] | None = None
+
+    @property
+    def id(self) -> SessionId:
+        return self._id
+
+    @property
+    def spec(self) -> SessionSpec:
+        return self._spec
+
+    @property
+    def disposition(self) -> SessionDisposition:
+        profile = self.runtime.profile
+        return SessionDisposition(profile.retention, profile.history_visibility)
+
+    @property
+    def persistent_ref(self) -> PersistentSessionRef | None:
+        return None
+
+    def validate(self, request: TaskRequest) -> CompatibilityReport:
+        return validate_task(request)
+
+    async def start_task(self, request: TaskRequest) -> AgentTask:
+        """Admit, claim the session atomically, and publish one run.
+
+        Raises:
+            SessionBlockedError: released session, an unconfirmed earlier start, or a
+                graph run that outlived its settled task.
+            SessionBusyError: another task of this session has not settled.
+            IncompatibleRequirementError: the request cannot be served.
+            HarnessTransportError: the run surely did not reach the broker (nothing
+                changed; the session stays usable).
+            TaskStartUnconfirmedError: the run may or may not have reached the broker;
+                the session stays blocked, as a retry could run the work twice.
+        """
+        if self._closed or self.runtime.closed:
+            raise SessionBlockedError(self._id, "session has been released")
+        self.validate(request).require_compatible()
+        assert isinstance(request.input, TextInput)
+        task_id = TaskId(uuid4().hex)
+        store = self.runtime.store
+        result, detail = await store.start_task(
+            self._id.value, task_id.value, dumps({"text": request.input.text})
+        )
+        if result is StartResult.BUSY:
+            raise SessionBusyError(f"session {self._id.value} is running task {detail}")
+        if result is StartResult.OUTLIVED:
+            raise SessionBlockedError(
+                self._id, "a previous graph run has not ended although its task was settled"
+            )
+        if result is StartResult.UNCONFIRMED:
+            raise SessionBlockedError(
+                self._id, f"the start of task {detail} is unconfirmed; it may still run"
+            )
+        if result is not StartResult.OK:
+            raise SessionBlockedError(self._id, f"session cannot start tasks: {result.value}")
+        task = CeleryTask(self, task_id)
+        try:
+            await self.runtime.publisher.publish(task_id.value)
+        except PublishError as error:
+            if error.fate is PublishFate.NOT_DELIVERED:
+                await store.rollback_start(self._id.value, task_id.value)
+                raise HarnessTransportError(f"task not delivered to the broker: {error}") from error
+            reference = UnconfirmedStart(self._id, task_id.value)
+            await store.block_unconfirmed(self._id.value, task_id.value)
+            raise TaskStartUnconfirmedError(
+                reference, f"delivery of task {task_id.value} is unknown: {error}"
+            ) from error
+        self._current = task
+        task.start_reading()
+        return task
+
+    async def release(self) -> None:
+        """Settle active work within the cleanup budget, then delete the thread.
+
+        Idempotent; cancelling the caller does not interrupt it.
+
+        Raises:
+            CheckpointCleanupError: the checkpoint thread could not be deleted in time.
+        """
+        if self._release_task is None:
+            self._closed = True
+            self._release_task = asyncio.create_task(self._release())
+            self._release_task.add_done_callback(_observe)
+        await asyncio.shield(self._release_task)
+
+    async def _release(self) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        budget = self.runtime.settings
+        try:
+            await self.runtime.store.close_session(self._id.value)
+            task = self._current
+            if task is not None:
+                await task.stop(
+                    budget.cleanup_per_task.total_seconds(),
+                    UnresolvedReason.CLEANUP_BOUND_EXCEEDED,
+                    "cleanup ended before the worker confirmed that the graph run stopped",
+                )
+            remaining = max(
+                0.0, budget.cleanup_total.total_seconds() - (loop.time() - started)
+            )
+            try:
+                await self.runtime.delete_thread(
+                    self.runtime.keys.thread_id(self._id.value), remaining
+                )
+            except Exception as error:
+                raise CheckpointCleanupError({self._id: error}) from error
+        finally:
+            self.runtime.sessions.discard(self)
+
+    async def force_unresolved_cleanup(self) -> None:
+        """The total budget ran out: settle what is still active as ``Unresolved``."""
+        self._closed = True
+        task = self._current
+        if task is not None:
+            await task.force_unresolved(
+                UnresolvedReason.CLEANUP_BOUND_EXCEEDED,
+                "cleanup ended before native termination could be confirmed",
+            )

@@ -1,0 +1,204 @@
+"""The caller-side handle of one delegated task.
+
+One background reader per handle follows the task's Redis Stream from its first entry,
+updates the ``state`` snapshot, and feeds every ``events()`` and ``diagnostics()``
+subscription through its own bounded buffer. The terminal entry is written by the one
+atomic settle script, so every reader of every process sees the same single outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from agent_harness_protocol import (
+    AgentTask,
+    DiagnosticEvent,
+    DiagnosticGap,
+    InteractionId,
+    InteractionRequest,
+    InteractionResponse,
+    ObservationGap,
+    SessionId,
+    TaskEvent,
+    TaskId,
+    TaskOutcome,
+    TaskStarted,
+    TaskState,
+    TerminalEvent,
+    Unresolved,
+    UnresolvedReason,
+)
+from agent_harness_protocol.diagnostics import TaskDiagnostics
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from wire.codec import (
+    DIAGNOSTIC,
+    RemoteCause,
+    diagnostic_from_entry,
+    event_from_entry,
+    loads,
+    outcome_from_json,
+    outcome_to_json,
+    terminal_event,
+)
+from wire.store import CancelResult, SettleResult
+
+from .errors import RemoteTaskError
+from .fanout import BoundedFanout
+
+if TYPE_CHECKING:
+    from .session import CelerySession
+
+log = logging.getLogger(__name__)
+
+_STATE_OF_TERMINAL = {
+    "TaskCompleted": TaskState.COMPLETED,
+    "TaskFailed": TaskState.FAILED,
+    "TaskCancelled": TaskState.CANCELLED,
+    "TaskUnresolved": TaskState.UNRESOLVED,
+}
+
+
+def remote_cause(cause: RemoteCause) -> RemoteTaskError:
+    return RemoteTaskError(cause.type_name, cause.module, cause.message)
+
+
+class CeleryTask(AgentTask, TaskDiagnostics):
+    def __init__(self, session: CelerySession, task_id: TaskId) -> None:
+        self._session = session
+        self._runtime = session.runtime
+        self._id = task_id
+        self._state = TaskState.STARTING
+        self._outcome: asyncio.Future[TaskOutcome] = asyncio.get_running_loop().create_future()
+        self._cancel_sent = False
+        capacity = self._runtime.settings.event_buffer_capacity
+        self._events = BoundedFanout[TaskEvent](capacity, lambda n: ObservationGap(task_id, n))
+        self._diagnostics = BoundedFanout[DiagnosticEvent](
+            capacity, lambda n: DiagnosticGap(task_id, n)
+        )
+        self._reader: asyncio.Task[None] | None = None
+
+    # -- AgentTask ----------------------------------------------------------------------
+    @property
+    def id(self) -> TaskId:
+        return self._id
+
+    @property
+    def session_id(self) -> SessionId:
+        return self._session.id
+
+    @property
+    def state(self) -> TaskState:
+        return self._state
+
+    def events(self) -> AsyncIterator[TaskEvent]:
+        return self._events.subscribe()
+
+    def diagnostics(self) -> AsyncIterator[DiagnosticEvent]:
+        """Provider diagnostics; recorded only for sessions that require diagnostics."""
+        return self._diagnostics.subscribe()
+
+    @property
+    def pending_interactions(self) -> tuple[InteractionRequest, ...]:
+        return ()
+
+    async def respond(self, interaction_id: InteractionId, response: InteractionResponse) -> None:
+        raise ValueError(f"task {self._id.value} has no pending interaction {interaction_id.value}")
+
+    async def request_cancellation(self) -> None:
+        """Record the request durably, tell the running worker at once, revoke the message.
+
+        Returns without waiting for termination; a task still queued is settled
+        ``Cancelled`` right away and never starts. One request per task is delivered.
+        """
+        if self._outcome.done() or self._cancel_sent:
+            return
+        self._cancel_sent = True
+        result, payload = await self._runtime.store.cancel(
+            self._session.id.value, self._id.value
+        )
+        if result is CancelResult.SETTLED:
+            self._finish(outcome_from_json(loads(payload), remote_cause))
+        if result in {CancelResult.SETTLED, CancelResult.REQUESTED}:
+            self._runtime.spawn(self._runtime.publisher.revoke(self._id.value))
+
+    async def await_outcome(self) -> TaskOutcome:
+        return await asyncio.shield(self._outcome)
+
+    # -- used by the session ------------------------------------------------------------
+    def start_reading(self) -> None:
+        self._reader = self._runtime.spawn(self._read())
+
+    @property
+    def settled(self) -> bool:
+        return self._outcome.done()
+
+    async def stop(self, timeout: float, reason: UnresolvedReason, known: str) -> None:
+        """Request cancellation and wait at most ``timeout``; then settle ``Unresolved``."""
+        if self._outcome.done():
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await self.request_cancellation()
+                await asyncio.shield(self._outcome)
+        except TimeoutError:
+            await self.force_unresolved(reason, known)
+
+    async def force_unresolved(self, reason: UnresolvedReason, known: str) -> None:
+        """Settle now, without the lease: the run may still be going (and keeps the
+        session blocked until it ends). Whatever settled first wins."""
+        if self._outcome.done():
+            return
+        outcome = Unresolved(self._id, reason, known)
+        result, payload = await self._runtime.store.settle(
+            self._session.id.value, self._id.value, TaskState.UNRESOLVED.value,
+            outcome_to_json(outcome),
+        )
+        if result in {SettleResult.SETTLED, SettleResult.TERMINAL}:
+            self._finish(outcome_from_json(loads(payload), remote_cause))
+
+    def abandon_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+
+    # -- internals ----------------------------------------------------------------------
+    def _finish(self, outcome: TaskOutcome) -> None:
+        if self._outcome.done():
+            return
+        event: TerminalEvent[Any] = terminal_event(outcome)
+        self._state = _STATE_OF_TERMINAL[type(event).__name__]
+        self._outcome.set_result(outcome)
+        self._events.close(event)
+        self._diagnostics.close()
+
+    async def _read(self) -> None:
+        key = self._runtime.keys.events(self._id.value)
+        last = "0-0"
+        while not self._outcome.done():
+            try:
+                reply = await self._runtime.redis.xread({key: last}, count=1024, block=5000)
+            except (RedisConnectionError, RedisTimeoutError):
+                log.warning("event stream of task %s: connection lost, resuming", self._id)
+                await asyncio.sleep(0.2)
+                continue
+            for _, entries in reply or ():
+                for entry_id, fields in entries:
+                    last = entry_id
+                    self._apply(fields)
+
+    def _apply(self, fields: dict[str, str]) -> None:
+        kind, tag, payload = fields.get("k", ""), fields.get("t", ""), fields.get("d", "")
+        if kind == DIAGNOSTIC:
+            self._diagnostics.publish(diagnostic_from_entry(self._id, payload))
+            return
+        event = event_from_entry(self._id, tag, payload, remote_cause)
+        if isinstance(event, TerminalEvent):
+            self._finish(event.outcome)
+            return
+        if isinstance(event, TaskStarted) and self._state is TaskState.STARTING:
+            self._state = TaskState.RUNNING
+        self._events.publish(event)

@@ -1,0 +1,87 @@
+"""Publish task runs to the broker, and say honestly whether a publish happened.
+
+The producer is a bare Celery client (no worker code is imported). Celery's publish
+retry is off: a retry after an ambiguous failure could deliver one task twice. A
+failure to connect proves the message never left; any later failure leaves its fate
+unknown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+from enum import StrEnum
+
+from celery import Celery
+
+from wire.celery_config import RUN_TASK, celery_config
+from wire.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class PublishFate(StrEnum):
+    PUBLISHED = "published"
+    NOT_DELIVERED = "not_delivered"
+    UNKNOWN = "unknown"
+
+
+class PublishError(Exception):
+    def __init__(self, fate: PublishFate, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.fate = fate
+        self.error = error
+
+
+_REFUSED = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL}
+
+
+def classify(error: BaseException) -> PublishFate:
+    """Whether a publish error proves the message never reached the broker."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ConnectionRefusedError | socket.gaierror):
+            return PublishFate.NOT_DELIVERED
+        if isinstance(current, OSError) and current.errno in _REFUSED:
+            return PublishFate.NOT_DELIVERED
+        text = str(current)
+        if "Error connecting" in text or "Connection refused" in text:
+            return PublishFate.NOT_DELIVERED
+        current = current.__cause__ or current.__context__
+    return PublishFate.UNKNOWN
+
+
+class TaskPublisher:
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._app = Celery("ahp_harness", set_as_current=False)
+        self._app.conf.update(celery_config(settings))
+
+    def _publish(self, task_id: str) -> None:
+        self._app.send_task(
+            RUN_TASK,
+            kwargs={"namespace": self._settings.namespace, "task_id": task_id},
+            task_id=task_id,
+            queue=self._settings.queue,
+            retry=False,
+        )
+
+    async def publish(self, task_id: str) -> None:
+        try:
+            await asyncio.to_thread(self._publish, task_id)
+        except Exception as error:
+            raise PublishError(classify(error), error) from error
+
+    async def revoke(self, task_id: str) -> None:
+        """Tell workers to discard the message; the durable cancel flag is authoritative."""
+        try:
+            await asyncio.to_thread(self._app.control.revoke, task_id)
+        except Exception:
+            log.warning("revoke of %s not broadcast; the durable cancel flag still holds", task_id)
+
+    def close(self) -> None:
+        self._app.close()

@@ -1,0 +1,74 @@
+"""Real parts for every test: an embedded Redis 8 and real Celery workers.
+
+Redis is started here on a free port (or taken from ``AHP_TEST_REDIS_URL``); if it cannot
+be started the session fails; nothing is skipped. Workers run in-process in a thread
+pool for speed; tests that need separate OS processes start them with
+``tests.support.processes``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import timedelta
+from uuid import uuid4
+
+import pytest
+import redis
+from celery.contrib.testing.worker import start_worker
+
+from harness.embedded_redis import EmbeddedRedis
+from wire.settings import Settings
+
+from .support.boundary import ModelBoundary
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    external = os.environ.get("AHP_TEST_REDIS_URL")
+    if external:
+        redis.Redis.from_url(external).ping()
+        os.environ["AHP_REDIS_URL"] = external
+        yield external
+        return
+    with EmbeddedRedis() as server:
+        os.environ["AHP_REDIS_URL"] = server.url
+        yield server.url
+
+
+@pytest.fixture(scope="session")
+def settings(redis_url: str) -> Settings:
+    return Settings(
+        redis_url=redis_url,
+        namespace=f"test-{uuid4().hex[:8]}",
+        queue=f"ahp.test.{uuid4().hex[:8]}",
+        profiles="tests.support.profiles:PROFILES",
+        profile="confirmed",
+        lease_ttl=timedelta(seconds=3),
+    )
+
+
+@pytest.fixture(scope="session")
+def worker(settings: Settings) -> Iterator[None]:
+    from workers.celery_app import create_app
+
+    app = create_app(settings)
+    with start_worker(
+        app, pool="threads", concurrency=12, perform_ping_check=False, shutdown_timeout=30
+    ):
+        yield
+    app.ahp_runtime.stop()
+
+
+@pytest.fixture(scope="session")
+def sync_redis(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def boundary(sync_redis: redis.Redis, worker: None) -> Iterator[ModelBoundary]:
+    observation = ModelBoundary(sync_redis)
+    yield observation
+    observation.settle()

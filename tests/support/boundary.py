@@ -1,0 +1,70 @@
+"""The test side of the controlled model: observations read from what it received."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+
+from redis import Redis
+
+from .controlled_model import CALLS, CANCELLATIONS, HELD, IN_FLIGHT, PREFIX, script_key
+
+
+class ModelBoundary:
+    """``RuntimeObservation`` over the calls the controlled model recorded in the worker.
+
+    A boundary sees only calls made after it was opened; tests run one at a time and each
+    boundary waits at exit until no model call is still in flight.
+    """
+
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+        for key in self._redis.scan_iter(PREFIX + "script:*"):
+            self._redis.delete(key)
+        self._redis.delete(HELD)
+        self._start = int(self._redis.llen(CALLS))
+        self._cancellations_at_start = self.cancellations_total()
+
+    def calls(self) -> list[dict[str, object]]:
+        raw = self._redis.lrange(CALLS, self._start, -1)
+        return [json.loads(item) for item in raw]
+
+    @property
+    def observed_contexts(self) -> Sequence[str]:
+        return tuple("\n".join(call["texts"]) for call in self.calls())  # type: ignore[arg-type]
+
+    @property
+    def observed_text_values(self) -> Sequence[str]:
+        return tuple(text for call in self.calls() for text in call["texts"])  # type: ignore[attr-defined]
+
+    def calls_for(self, task_id: str) -> list[dict[str, object]]:
+        return [call for call in self.calls() if call["task"] == task_id]
+
+    def hold(self) -> None:
+        self._redis.set(HELD, "1")
+
+    def release(self) -> None:
+        self._redis.delete(HELD)
+
+    def in_flight(self) -> int:
+        return int(self._redis.get(IN_FLIGHT) or 0)
+
+    def cancellations_total(self) -> int:
+        return int(self._redis.get(CANCELLATIONS) or 0)
+
+    @property
+    def cancellations(self) -> int:
+        return self.cancellations_total() - self._cancellations_at_start
+
+    def script(self, task_id: str, command: dict[str, object]) -> None:
+        self._redis.rpush(script_key(task_id), json.dumps(command))
+
+    def settle(self, timeout: float = 15.0) -> None:
+        """Release held calls and wait until no model call is still running."""
+        self.release()
+        deadline = time.monotonic() + timeout
+        while self.in_flight() > 0:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.in_flight()} model calls still in flight")
+            time.sleep(0.01)

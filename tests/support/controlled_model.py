@@ -1,0 +1,172 @@
+"""A controllable LangChain chat model: the only test double in the suite.
+
+It runs inside the worker (a pool thread or a separate OS process) and records what it
+actually received in Redis, where the tests read it. Tests never derive observations
+from the harness's own state, events or outcomes. Control (hold, release, scripted
+deltas, completion, failure) also travels through Redis, so it works across processes.
+
+Keys (test-only, outside every deployment namespace), under ``ahp-test:boundary:``:
+``calls`` list of JSON calls, ``held`` hold flag, ``in_flight`` and ``cancellations``
+counters, ``script:<task id>`` scripted commands for one task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models.chat_models import agenerate_from_stream
+from langchain_core.messages import AIMessageChunk, BaseMessage
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from pydantic import PrivateAttr
+from redis.asyncio import Redis
+
+from wire.settings import Settings
+
+PREFIX = "ahp-test:boundary:"
+CALLS = PREFIX + "calls"
+HELD = PREFIX + "held"
+IN_FLIGHT = PREFIX + "in_flight"
+CANCELLATIONS = PREFIX + "cancellations"
+
+
+def script_key(task_id: str) -> str:
+    return f"{PREFIX}script:{task_id}"
+
+
+class ControlledChatModel(BaseChatModel):
+    reply: str = "native-result"
+    ignore_cancellation: bool = False
+    scripted: bool = False
+    load_chunks: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+    _clients: dict[int, Redis] = PrivateAttr(default_factory=dict)
+
+    @property
+    def _llm_type(self) -> str:
+        return "ahp-controlled"
+
+    def _redis(self) -> Redis:
+        loop = id(asyncio.get_running_loop())
+        client = self._clients.get(loop)
+        if client is None:
+            client = Redis.from_url(Settings().redis_url, decode_responses=True)
+            self._clients[loop] = client
+        return client
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        raise NotImplementedError("the controlled model is asynchronous only")
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        raise NotImplementedError("the controlled model is asynchronous only")
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return await agenerate_from_stream(self._astream(messages, stop, run_manager, **kwargs))
+
+    def _usage(self) -> UsageMetadata | None:
+        if self.input_tokens is None or self.output_tokens is None:
+            return None
+        return UsageMetadata(
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            total_tokens=self.input_tokens + self.output_tokens,
+        )
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        redis = self._redis()
+        metadata = run_manager.metadata if run_manager is not None else {}
+        task_id = str(metadata.get("ahp_task_id", ""))
+        call = {"task": task_id, "texts": [message.text for message in messages]}
+        await redis.rpush(CALLS, json.dumps(call))
+        await redis.incr(IN_FLIGHT)
+        try:
+            await self._wait_while_held(redis)
+            if self.scripted:
+                async for chunk in self._follow_script(redis, task_id):
+                    if run_manager is not None:
+                        await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                    yield chunk
+                return
+            texts = [f"chunk{index} " for index in range(self.load_chunks)] + [self.reply]
+            for index, text in enumerate(texts):
+                last = index == len(texts) - 1
+                chunk = ChatGenerationChunk(
+                    message=AIMessageChunk(
+                        content=text, usage_metadata=self._usage() if last else None
+                    )
+                )
+                if run_manager is not None:
+                    await run_manager.on_llm_new_token(text, chunk=chunk)
+                yield chunk
+        finally:
+            await asyncio.shield(redis.decr(IN_FLIGHT))
+
+    async def _wait_while_held(self, redis: Redis) -> None:
+        while True:
+            try:
+                if not await redis.exists(HELD):
+                    return
+                await asyncio.sleep(0.005)
+            except asyncio.CancelledError:
+                await asyncio.shield(redis.incr(CANCELLATIONS))
+                if not self.ignore_cancellation:
+                    raise
+
+    async def _follow_script(self, redis: Redis, task_id: str) -> AsyncIterator[ChatGenerationChunk]:
+        key = script_key(task_id)
+        while True:
+            try:
+                item = await redis.blpop([key], timeout=1)
+            except asyncio.CancelledError:
+                await asyncio.shield(redis.incr(CANCELLATIONS))
+                if not self.ignore_cancellation:
+                    raise
+                continue
+            if item is None:
+                continue
+            command = json.loads(item[1])
+            if command["op"] == "delta":
+                yield ChatGenerationChunk(message=AIMessageChunk(content=command["text"]))
+            elif command["op"] == "complete":
+                metadata = {"finish_reason": command.get("finish_reason", "stop")}
+                yield ChatGenerationChunk(
+                    message=AIMessageChunk(
+                        content=command["text"],
+                        response_metadata=metadata,
+                        usage_metadata=self._usage(),
+                    )
+                )
+                return
+            elif command["op"] == "fail":
+                raise RuntimeError(command["message"])

@@ -1,0 +1,47 @@
+"""The profile registry both the test harnesses and the test workers load."""
+
+from agent_harness_protocol import ContextRetentionDisposition as Retention
+from agent_harness_protocol import UserHistoryVisibility as Visibility
+
+from wire.profiles import AgentProfile, CancellationSemantics, ModelSpec
+
+MODEL_ID = "ahp-controlled-model"
+CONTROLLED = "tests.support.controlled_model:ControlledChatModel"
+CONFIRMED = CancellationSemantics.COROUTINE_TERMINATION_CONFIRMS_WORK_STOPPED
+UNCONFIRMED = CancellationSemantics.UNCONFIRMED
+
+
+def _profile(
+    name: str,
+    *,
+    cancellation: CancellationSemantics = CONFIRMED,
+    retention: Retention = Retention.UNKNOWN,
+    visibility: Visibility = Visibility.UNKNOWN,
+    **options: str | int | bool | None,
+) -> AgentProfile:
+    return AgentProfile(
+        name=name,
+        model=ModelSpec(CONTROLLED, options),
+        model_id=MODEL_ID,
+        cancellation=cancellation,
+        retention=retention,
+        history_visibility=visibility,
+    )
+
+
+_ALL = [
+    _profile("confirmed"),
+    _profile("unconfirmed", cancellation=UNCONFIRMED),
+    _profile("ignoring", ignore_cancellation=True),
+    _profile("load", load_chunks=400, reply="load-complete"),
+    _profile("lifecycle", cancellation=UNCONFIRMED, scripted=True, ignore_cancellation=True),
+    _profile("metered", input_tokens=7, output_tokens=3),
+    _profile("undeclared"),
+    _profile("ephemeral-hidden", retention=Retention.EPHEMERAL, visibility=Visibility.HIDDEN),
+    _profile(
+        "materialized-visible", retention=Retention.MATERIALIZED, visibility=Visibility.VISIBLE
+    ),
+    _profile("ephemeral-undeclared", retention=Retention.EPHEMERAL),
+]
+
+PROFILES = {profile.name: profile for profile in _ALL}

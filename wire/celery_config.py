@@ -1,0 +1,36 @@
+"""Celery names and configuration shared by the producer (caller) and the workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .settings import Settings
+
+RUN_TASK = "ahp.run_task"
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Only JSON on the wire, late acknowledgement, one message prefetched per process."""
+    visibility = int(settings.visibility_timeout.total_seconds())
+    return {
+        "broker_url": settings.effective_broker_url,
+        "result_backend": None,
+        "task_ignore_result": True,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "event_serializer": "json",
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_acks_on_failure_or_timeout": True,
+        "worker_prefetch_multiplier": 1,
+        "task_send_sent_event": True,
+        "worker_send_task_events": True,
+        "task_default_queue": settings.queue,
+        "task_routes": {RUN_TASK: {"queue": settings.queue}},
+        "broker_transport_options": {"visibility_timeout": visibility},
+        "broker_connection_retry_on_startup": True,
+        "task_publish_retry": False,
+        "worker_hijack_root_logger": False,
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
+    }

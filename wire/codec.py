@@ -1,0 +1,361 @@
+"""JSON encodings of everything that crosses a process boundary.
+
+Only JSON is ever written: stream entries carry a type tag ``t`` and a JSON payload
+``d``; records hold JSON strings. Decoding accepts only the known tags, so no stored
+value can make either side instantiate an arbitrary class.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agent_harness_protocol import (
+    AgentUsage,
+    ApprovalRequirement,
+    Cancelled,
+    Completed,
+    ContextRetentionRequirement,
+    DiagnosticsRequirement,
+    Failed,
+    FailureKind,
+    MessageCompleted,
+    MessageDelta,
+    MessageId,
+    MessageRole,
+    PersistenceRequirement,
+    ProviderDiagnostic,
+    ProviderId,
+    QuestionRequirement,
+    SessionRequirements,
+    SessionSpec,
+    StopReason,
+    TaskCancelled,
+    TaskCompleted,
+    TaskEvent,
+    TaskFailed,
+    TaskId,
+    TaskOutcome,
+    TaskOutput,
+    TaskStarted,
+    TaskUnresolved,
+    TerminalEvent,
+    TextOutput,
+    ToolCallChanged,
+    Unresolved,
+    UnresolvedReason,
+    UsageChanged,
+    UserHistoryVisibilityRequirement,
+    Warning,
+    WarningKind,
+    WorkId,
+    WorkStatus,
+)
+
+from .errors import DecodeError
+
+USAGE_FIELDS = (
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "total_tokens",
+    "cache_write_input_tokens",
+)
+
+# Stream entry kinds.
+SEMANTIC = "e"
+DIAGNOSTIC = "d"
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def loads(text: str | bytes) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError) as error:
+        raise DecodeError(f"not JSON: {error}") from error
+
+
+# -- usage ------------------------------------------------------------------------------
+
+
+def usage_to_json(usage: AgentUsage) -> dict[str, int | None]:
+    return {name: getattr(usage, name) for name in USAGE_FIELDS}
+
+
+def usage_from_json(data: Any) -> AgentUsage:
+    if not isinstance(data, Mapping):
+        raise DecodeError("usage must be an object")
+    values: dict[str, int | None] = {}
+    for name in USAGE_FIELDS:
+        value = data.get(name)
+        if value is not None and not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                raise DecodeError(f"usage field {name} must be an integer or null")
+        values[name] = value
+    return AgentUsage(**values)
+
+
+# -- outcomes ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteCause:
+    """What survives of a worker-side exception: its type, module and message."""
+
+    type_name: str
+    module: str
+    message: str
+
+    @classmethod
+    def of(cls, error: BaseException) -> RemoteCause:
+        kind = type(error)
+        return cls(kind.__qualname__, kind.__module__, str(error))
+
+
+def _output_to_json(output: TaskOutput | None) -> dict[str, Any] | None:
+    if output is None:
+        return None
+    if isinstance(output, TextOutput):
+        return {"text": output.text, "complete": output.complete}
+    raise TypeError(f"unsupported output {type(output).__name__}")
+
+
+def _output_from_json(data: Any) -> TextOutput | None:
+    if data is None:
+        return None
+    if not isinstance(data, Mapping) or not isinstance(data.get("text"), str):
+        raise DecodeError("output must be an object with text")
+    return TextOutput(data["text"], bool(data.get("complete", True)))
+
+
+def outcome_to_json(outcome: TaskOutcome, cause: RemoteCause | None = None) -> dict[str, Any]:
+    """Encode an outcome; ``session_usage`` is filled in by the settle script."""
+    data: dict[str, Any] = {
+        "task_id": outcome.task_id.value,
+        "output": _output_to_json(outcome.output),
+        "usage": usage_to_json(outcome.usage),
+        "session_usage": None
+        if outcome.session_usage is None
+        else usage_to_json(outcome.session_usage),
+    }
+    if isinstance(outcome, Completed):
+        data.update(type="completed", stop_reason=outcome.stop_reason.value)
+    elif isinstance(outcome, Failed):
+        data.update(type="failed", kind=outcome.kind.value, message=outcome.message)
+        if cause is not None:
+            data["cause"] = {
+                "type": cause.type_name,
+                "module": cause.module,
+                "message": cause.message,
+            }
+    elif isinstance(outcome, Cancelled):
+        data.update(type="cancelled")
+    elif isinstance(outcome, Unresolved):
+        data.update(type="unresolved", reason=outcome.reason.value, known=outcome.known)
+    else:
+        raise TypeError(f"unsupported outcome {type(outcome).__name__}")
+    return data
+
+
+def outcome_from_json(data: Any, cause_factory: Any = None) -> TaskOutcome:
+    """Decode an outcome. ``cause_factory(RemoteCause)`` builds ``Failed.cause``."""
+    if not isinstance(data, Mapping):
+        raise DecodeError("outcome must be an object")
+    try:
+        task_id = TaskId(data["task_id"])
+        output = _output_from_json(data.get("output"))
+        usage = usage_from_json(data["usage"])
+        raw_session = data.get("session_usage")
+        session_usage = None if raw_session is None else usage_from_json(raw_session)
+        kind = data["type"]
+        if kind == "completed":
+            return Completed(
+                task_id, StopReason(data["stop_reason"]), output, usage, session_usage
+            )
+        if kind == "failed":
+            cause = None
+            raw_cause = data.get("cause")
+            if raw_cause is not None and cause_factory is not None:
+                cause = cause_factory(
+                    RemoteCause(
+                        str(raw_cause["type"]), str(raw_cause["module"]), str(raw_cause["message"])
+                    )
+                )
+            return Failed(
+                task_id,
+                FailureKind(data["kind"]),
+                str(data["message"]),
+                cause,
+                output,
+                usage,
+                session_usage,
+            )
+        if kind == "cancelled":
+            return Cancelled(task_id, output, usage, session_usage)
+        if kind == "unresolved":
+            return Unresolved(
+                task_id,
+                UnresolvedReason(data["reason"]),
+                str(data["known"]),
+                output,
+                usage,
+                session_usage,
+            )
+    except (KeyError, ValueError, TypeError) as error:
+        raise DecodeError(f"malformed outcome: {error}") from error
+    raise DecodeError(f"unknown outcome type {kind!r}")
+
+
+def terminal_event(outcome: TaskOutcome) -> TerminalEvent[Any]:
+    if isinstance(outcome, Completed):
+        return TaskCompleted(outcome.task_id, outcome)
+    if isinstance(outcome, Failed):
+        return TaskFailed(outcome.task_id, outcome)
+    if isinstance(outcome, Cancelled):
+        return TaskCancelled(outcome.task_id, outcome)
+    if isinstance(outcome, Unresolved):
+        return TaskUnresolved(outcome.task_id, outcome)
+    raise TypeError(f"unsupported outcome {type(outcome).__name__}")
+
+
+# -- semantic events ----------------------------------------------------------------------
+
+TERMINAL_TAG = "terminal"
+
+
+def event_to_entry(event: TaskEvent) -> tuple[str, str]:
+    """Encode a non-terminal semantic event as ``(tag, json)``; the task id is the stream."""
+    if isinstance(event, TaskStarted):
+        return "started", "{}"
+    if isinstance(event, MessageDelta):
+        return "delta", dumps([event.message_id.value, event.text, event.role.value])
+    if isinstance(event, MessageCompleted):
+        return "message", dumps([event.message_id.value, event.text, event.role.value])
+    if isinstance(event, UsageChanged):
+        return "usage", dumps(
+            {
+                "task": usage_to_json(event.task),
+                "session": None if event.session is None else usage_to_json(event.session),
+            }
+        )
+    if isinstance(event, ToolCallChanged):
+        return "tool", dumps(
+            {
+                "work_id": event.work_id.value,
+                "name": event.name,
+                "status": event.status.value,
+                "arguments": event.arguments,
+                "result": event.result,
+                "error": event.error,
+            }
+        )
+    if isinstance(event, Warning):
+        return "warning", dumps({"kind": event.kind.value, "message": event.message})
+    raise TypeError(f"event {type(event).__name__} has no wire encoding")
+
+
+def event_from_entry(
+    task_id: TaskId, tag: str, payload: str, cause_factory: Any = None
+) -> TaskEvent:
+    try:
+        if tag == "started":
+            return TaskStarted(task_id)
+        data = loads(payload)
+        if tag == "delta":
+            return MessageDelta(task_id, MessageId(data[0]), data[1], MessageRole(data[2]))
+        if tag == "message":
+            return MessageCompleted(task_id, MessageId(data[0]), data[1], MessageRole(data[2]))
+        if tag == "usage":
+            session = data.get("session")
+            return UsageChanged(
+                task_id,
+                usage_from_json(data["task"]),
+                None if session is None else usage_from_json(session),
+            )
+        if tag == "tool":
+            return ToolCallChanged(
+                task_id,
+                WorkId(data["work_id"]),
+                data["name"],
+                WorkStatus(data["status"]),
+                data.get("arguments"),
+                data.get("result"),
+                data.get("error"),
+            )
+        if tag == "warning":
+            return Warning(task_id, WarningKind(data["kind"]), data["message"])
+        if tag == TERMINAL_TAG:
+            return terminal_event(outcome_from_json(data, cause_factory))
+    except (KeyError, IndexError, ValueError, TypeError) as error:
+        raise DecodeError(f"malformed {tag!r} event: {error}") from error
+    raise DecodeError(f"unknown event tag {tag!r}")
+
+
+def diagnostic_to_entry(diagnostic: ProviderDiagnostic) -> tuple[str, str]:
+    return "diagnostic", dumps([diagnostic.provider.value, diagnostic.name, diagnostic.payload])
+
+
+def diagnostic_from_entry(task_id: TaskId, payload: str) -> ProviderDiagnostic:
+    try:
+        provider, name, body = loads(payload)
+        return ProviderDiagnostic(task_id, ProviderId(provider), str(name), str(body))
+    except (ValueError, TypeError) as error:
+        raise DecodeError(f"malformed diagnostic: {error}") from error
+
+
+# -- session specs and task input ------------------------------------------------------
+
+
+def spec_to_json(spec: SessionSpec) -> dict[str, Any]:
+    """Encode an admitted spec. Workspace and execution constraints are never admitted,
+    so they have no encoding."""
+    requirements = spec.requirements
+    if requirements.workspace is not None or requirements.execution is not None:
+        raise TypeError("workspace and execution requirements are not admitted")
+    persistence = requirements.persistence
+    return {
+        "instructions": spec.instructions,
+        "model": spec.model,
+        "requirements": {
+            "approval": requirements.approval.value,
+            "questions": requirements.questions.value,
+            "diagnostics": requirements.diagnostics.value,
+            "retention": requirements.retention.value,
+            "history_visibility": requirements.history_visibility.value,
+            "persistence": None
+            if persistence is None
+            else {
+                "across_harness_restart": persistence.across_harness_restart,
+                "across_process_restart": persistence.across_process_restart,
+                "concurrent_access": persistence.concurrent_access,
+            },
+        },
+    }
+
+
+def spec_from_json(data: Any) -> SessionSpec:
+    try:
+        raw = data["requirements"]
+        persistence = raw.get("persistence")
+        return SessionSpec(
+            instructions=data.get("instructions"),
+            model=data.get("model"),
+            requirements=SessionRequirements(
+                approval=ApprovalRequirement(raw["approval"]),
+                questions=QuestionRequirement(raw["questions"]),
+                diagnostics=DiagnosticsRequirement(raw["diagnostics"]),
+                retention=ContextRetentionRequirement(raw["retention"]),
+                history_visibility=UserHistoryVisibilityRequirement(raw["history_visibility"]),
+                persistence=None if persistence is None else PersistenceRequirement(**persistence),
+            ),
+        )
+    except (KeyError, ValueError, TypeError) as error:
+        raise DecodeError(f"malformed session spec: {error}") from error

@@ -1,0 +1,78 @@
+"""Every Redis key and channel the project uses, in one place.
+
+All keys of one deployment live under its namespace (``AHP_NAMESPACE``), so several
+deployments can share one Redis. Ids are validated before they become part of a key.
+The checkpoint thread of a session is owned by langgraph-checkpoint-redis (its own
+``checkpoint:*``/``checkpoint_blob:*``/``checkpoint_write:*`` keys); its thread id is
+:meth:`Keys.thread_id`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def is_valid_id(value: str) -> bool:
+    """Whether ``value`` may be embedded in a key: 1-128 chars of ``[A-Za-z0-9_.-]``."""
+    return bool(_ID.match(value))
+
+
+def require_valid_id(kind: str, value: str) -> str:
+    if not is_valid_id(value):
+        raise ValueError(f"invalid {kind} id {value!r}: expected 1-128 characters [A-Za-z0-9_.-]")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    namespace: str
+
+    def __post_init__(self) -> None:
+        require_valid_id("namespace", self.namespace)
+
+    # -- sessions -----------------------------------------------------------------------
+    def session(self, session_id: str) -> str:
+        """Hash: the session record (spec, profile, active task, closed flag, usage)."""
+        return f"{self.namespace}:session:{session_id}"
+
+    def lease(self, session_id: str) -> str:
+        """String ``"<fence>:<token>"`` with a TTL: the graph run that may write the thread."""
+        return f"{self.namespace}:session:{session_id}:lease"
+
+    def fence(self, session_id: str) -> str:
+        """Counter: the last fencing token issued for the session's lease (INCR)."""
+        return f"{self.namespace}:session:{session_id}:fence"
+
+    def thread_id(self, session_id: str) -> str:
+        """The LangGraph checkpoint ``thread_id`` of a session: the session id itself."""
+        return session_id
+
+    # -- tasks --------------------------------------------------------------------------
+    def task_prefix(self) -> str:
+        """Prefix of task hashes; scripts build ``<prefix><task id>`` for the active task."""
+        return f"{self.namespace}:task:"
+
+    def task(self, task_id: str) -> str:
+        """Hash: the task record (session, state, input, cancel flag, fence, outcome)."""
+        return f"{self.task_prefix()}{task_id}"
+
+    def events(self, task_id: str) -> str:
+        """Stream: the task's semantic events and provider diagnostics, in order."""
+        return f"{self.namespace}:task:{task_id}:events"
+
+    # -- control ------------------------------------------------------------------------
+    def cancel_channel(self) -> str:
+        """Pub/sub channel: task ids whose cancellation was just requested (the durable
+        request is the task hash's ``cancel`` field; this only makes it immediate)."""
+        return f"{self.namespace}:cancel"
+
+    def maintenance_queue(self) -> str:
+        """List: JSON maintenance requests (delete a checkpoint thread) for any worker."""
+        return f"{self.namespace}:maintenance"
+
+    def maintenance_reply(self, request_id: str) -> str:
+        """List: the one JSON reply to a maintenance request, with a short TTL."""
+        return f"{self.namespace}:maintenance:reply:{request_id}"

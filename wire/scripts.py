@@ -1,0 +1,225 @@
+"""The atomic Lua scripts every state change goes through.
+
+Each script's header lists its KEYS and ARGV. Terminal states are final: every script
+that could change a task first checks that it is not terminal, so a task is settled
+exactly once no matter which side (caller, worker, a second worker) races to settle it.
+Worker writes carry the lease value ``"<fence>:<token>"``; a write whose value is not
+the current lease is refused, so a worker whose lease was taken over cannot write.
+"""
+
+from __future__ import annotations
+
+_PRELUDE = """
+local TERMINAL = {completed=true, failed=true, cancelled=true, unresolved=true}
+local FIELDS = {'input_tokens','cached_input_tokens','output_tokens','reasoning_tokens',
+                'total_tokens','cache_write_input_tokens'}
+local function usage_zero()
+  local r = {}
+  for _, f in ipairs(FIELDS) do r[f] = 0 end
+  return r
+end
+local function usage_add(a, b)
+  local r = {}
+  for _, f in ipairs(FIELDS) do
+    local x, y = a[f], b[f]
+    if x == nil or y == nil or x == cjson.null or y == cjson.null then
+      r[f] = cjson.null
+    else
+      r[f] = x + y
+    end
+  end
+  return r
+end
+-- Record a terminal outcome: commit session usage once, append the terminal event,
+-- free the session when no graph run holds it any more, and bound the retention.
+local function settle(task, session, events, lease, task_id, state, outcome, lease_value,
+                      run_ended, retention)
+  local session_usage = cjson.null
+  if redis.call('EXISTS', session) == 1 then
+    local stored = redis.call('HGET', session, 'usage')
+    local current = stored and cjson.decode(stored) or usage_zero()
+    session_usage = usage_add(current, outcome.usage)
+    redis.call('HSET', session, 'usage', cjson.encode(session_usage))
+  end
+  outcome.session_usage = session_usage
+  local encoded = cjson.encode(outcome)
+  redis.call('HSET', task, 'state', state, 'outcome', encoded)
+  redis.call('XADD', events, '*', 'k', 'e', 't', 'terminal', 'd', encoded)
+  local held = redis.call('GET', lease)
+  if run_ended and held and held == lease_value then
+    redis.call('DEL', lease)
+    held = false
+  end
+  if not held and redis.call('HGET', session, 'active') == task_id then
+    redis.call('HSET', session, 'active', '')
+  end
+  if retention > 0 then
+    redis.call('EXPIRE', task, retention)
+    redis.call('EXPIRE', events, retention)
+  end
+  return encoded
+end
+"""
+
+# KEYS[1] session hash, KEYS[2] task hash, KEYS[3] session lease
+# ARGV[1] task id, ARGV[2] input JSON, ARGV[3] task key prefix, ARGV[4] session id
+# Returns {'ok'} | {'unknown'} | {'closed'} | {'unconfirmed', ref} | {'busy', task id}
+#         | {'outlived', task id}
+START_TASK = (
+    _PRELUDE
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'unknown'} end
+local record = redis.call('HMGET', KEYS[1], 'closed', 'active', 'blocked')
+if record[1] == '1' then return {'closed'} end
+if record[3] and record[3] ~= '' then return {'unconfirmed', record[3]} end
+local active = record[2]
+if active and active ~= '' then
+  local state = redis.call('HGET', ARGV[3] .. active, 'state')
+  if state and not TERMINAL[state] then return {'busy', active} end
+end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {'outlived', active or ''} end
+redis.call('HSET', KEYS[2], 'session', ARGV[4], 'state', 'starting', 'input', ARGV[2],
+           'deliveries', 0)
+redis.call('HSET', KEYS[1], 'active', ARGV[1])
+return {'ok'}
+"""
+)
+
+# KEYS[1] session hash, KEYS[2] task hash
+# ARGV[1] task id
+# Undo a start whose message surely never reached the broker. Returns 1 if undone.
+ROLLBACK_START = """
+if redis.call('HGET', KEYS[2], 'state') ~= 'starting' then return 0 end
+if redis.call('HGET', KEYS[2], 'deliveries') ~= '0' then return 0 end
+redis.call('DEL', KEYS[2])
+if redis.call('HGET', KEYS[1], 'active') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'active', '')
+end
+return 1
+"""
+
+# KEYS[1] session hash
+# ARGV[1] reference of the start whose delivery is unknown
+# The session stays blocked: retrying could run the task twice.
+BLOCK_UNCONFIRMED = """
+redis.call('HSET', KEYS[1], 'blocked', ARGV[1])
+return 1
+"""
+
+# KEYS[1] task hash, KEYS[2] session lease, KEYS[3] session fence counter, KEYS[4] events
+# ARGV[1] worker token, ARGV[2] lease milliseconds
+# Returns {'claimed', lease value, previous state, deliveries} | {'missing'} | {'terminal'}
+#         | {'busy'} (another live run holds the session)
+CLAIM = (
+    _PRELUDE
+    + """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {'missing'} end
+if TERMINAL[state] then return {'terminal'} end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy'} end
+local deliveries = redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
+local fence = redis.call('INCR', KEYS[3])
+local value = fence .. ':' .. ARGV[1]
+redis.call('SET', KEYS[2], value, 'PX', ARGV[2])
+redis.call('HSET', KEYS[1], 'state', 'running', 'fence', fence)
+if state == 'starting' then
+  redis.call('XADD', KEYS[4], '*', 'k', 'e', 't', 'started', 'd', '{}')
+end
+return {'claimed', value, state, deliveries}
+"""
+)
+
+# KEYS[1] task hash, KEYS[2] session lease, KEYS[3] events
+# ARGV[1] lease value, ARGV[2..] triples (kind, tag, payload)
+# Returns the number of entries appended, 0 if the task is terminal, -1 if the lease is
+# not held by this run (stale fence).
+APPEND = (
+    _PRELUDE
+    + """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return -1 end
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state or TERMINAL[state] then return 0 end
+local count = 0
+for i = 2, #ARGV, 3 do
+  redis.call('XADD', KEYS[3], '*', 'k', ARGV[i], 't', ARGV[i + 1], 'd', ARGV[i + 2])
+  count = count + 1
+end
+return count
+"""
+)
+
+# KEYS[1] task hash, KEYS[2] session hash, KEYS[3] events, KEYS[4] session lease
+# ARGV[1] lease value ('' when the caller settles without holding the lease)
+# ARGV[2] terminal state, ARGV[3] outcome JSON, ARGV[4] '1' if the settling run ended,
+# ARGV[5] task id, ARGV[6] retention seconds of the task record and stream
+# Returns {'settled', outcome} | {'terminal', outcome} | {'stale'} | {'missing'}
+SETTLE = (
+    _PRELUDE
+    + """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {'missing'} end
+if TERMINAL[state] then return {'terminal', redis.call('HGET', KEYS[1], 'outcome')} end
+if ARGV[1] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[1] then return {'stale'} end
+local encoded = settle(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[2],
+                       cjson.decode(ARGV[3]), ARGV[1], ARGV[4] == '1', tonumber(ARGV[6]))
+return {'settled', encoded}
+"""
+)
+
+# KEYS[1] task hash, KEYS[2] session hash, KEYS[3] events, KEYS[4] session lease
+# ARGV[1] task id, ARGV[2] cancel channel, ARGV[3] retention seconds
+# Records the request durably (once). A task no worker claimed yet is settled Cancelled
+# with measured-zero usage right here, so it can never start; a running one is told at
+# once over the channel (the durable flag covers a missed message).
+# Returns {'settled', outcome} | {'requested', first (1|0)} | {'terminal'} | {'missing'}
+CANCEL = (
+    _PRELUDE
+    + """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {'missing'} end
+if TERMINAL[state] then return {'terminal'} end
+local first = redis.call('HSETNX', KEYS[1], 'cancel', '1')
+if state == 'starting' then
+  local outcome = {type='cancelled', task_id=ARGV[1], output=cjson.null, usage=usage_zero()}
+  local encoded = settle(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], 'cancelled', outcome,
+                         '', false, tonumber(ARGV[3]))
+  return {'settled', encoded}
+end
+redis.call('PUBLISH', ARGV[2], ARGV[1])
+return {'requested', first}
+"""
+)
+
+# KEYS[1] session lease, KEYS[2] task hash
+# ARGV[1] lease value, ARGV[2] lease milliseconds
+# Returns {held (1|0), cancel requested ('1'|'')}
+RENEW = """
+local cancel = redis.call('HGET', KEYS[2], 'cancel') or ''
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0, cancel} end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, cancel}
+"""
+
+# KEYS[1] session lease, KEYS[2] session hash, KEYS[3] task hash
+# ARGV[1] lease value, ARGV[2] task id
+# The graph run ended after its task was settled elsewhere: free the session.
+RELEASE = (
+    _PRELUDE
+    + """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local state = redis.call('HGET', KEYS[3], 'state')
+if (not state or TERMINAL[state]) and redis.call('HGET', KEYS[2], 'active') == ARGV[2] then
+  redis.call('HSET', KEYS[2], 'active', '')
+end
+return 1
+"""
+)
+
+# KEYS[1] session lease
+# ARGV[1] lease value
+# Whether the lease is still this run's (checked before every checkpoint write).
+HOLDS = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
+return 0
+"""

@@ -1,0 +1,201 @@
+"""Typed async access to the records, streams and leases through the atomic scripts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+from . import scripts
+from .codec import dumps
+from .keys import Keys
+
+TASK_RETENTION_SECONDS = 7 * 24 * 3600
+
+
+class StartResult(StrEnum):
+    OK = "ok"
+    UNKNOWN = "unknown"
+    CLOSED = "closed"
+    UNCONFIRMED = "unconfirmed"
+    BUSY = "busy"
+    OUTLIVED = "outlived"
+
+
+class ClaimResult(StrEnum):
+    CLAIMED = "claimed"
+    MISSING = "missing"
+    TERMINAL = "terminal"
+    BUSY = "busy"
+
+
+class SettleResult(StrEnum):
+    SETTLED = "settled"
+    TERMINAL = "terminal"
+    STALE = "stale"
+    MISSING = "missing"
+
+
+class CancelResult(StrEnum):
+    SETTLED = "settled"
+    REQUESTED = "requested"
+    TERMINAL = "terminal"
+    MISSING = "missing"
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    result: ClaimResult
+    lease: str = ""
+    previous_state: str = ""
+    deliveries: int = 0
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    return "" if value is None else str(value)
+
+
+class RecordStore:
+    """One namespace's records on one Redis client (bytes or str responses both work)."""
+
+    def __init__(self, redis: Redis, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._start: AsyncScript = redis.register_script(scripts.START_TASK)
+        self._rollback: AsyncScript = redis.register_script(scripts.ROLLBACK_START)
+        self._block: AsyncScript = redis.register_script(scripts.BLOCK_UNCONFIRMED)
+        self._claim: AsyncScript = redis.register_script(scripts.CLAIM)
+        self._append: AsyncScript = redis.register_script(scripts.APPEND)
+        self._settle: AsyncScript = redis.register_script(scripts.SETTLE)
+        self._cancel: AsyncScript = redis.register_script(scripts.CANCEL)
+        self._renew: AsyncScript = redis.register_script(scripts.RENEW)
+        self._release: AsyncScript = redis.register_script(scripts.RELEASE)
+        self._holds: AsyncScript = redis.register_script(scripts.HOLDS)
+
+    # -- sessions ---------------------------------------------------------------------
+    async def create_session(self, session_id: str, fields: dict[str, str]) -> None:
+        await self.redis.hset(self.keys.session(session_id), mapping=fields)
+
+    async def session_record(self, session_id: str) -> dict[str, str]:
+        raw = await self.redis.hgetall(self.keys.session(session_id))
+        return {_text(key): _text(value) for key, value in raw.items()}
+
+    async def close_session(self, session_id: str) -> None:
+        key = self.keys.session(session_id)
+        await self.redis.hset(key, "closed", "1")
+
+    async def lease_holder(self, session_id: str) -> str:
+        return _text(await self.redis.get(self.keys.lease(session_id)))
+
+    # -- starting -----------------------------------------------------------------------
+    async def start_task(
+        self, session_id: str, task_id: str, input_json: str
+    ) -> tuple[StartResult, str]:
+        reply = await self._start(
+            keys=[
+                self.keys.session(session_id),
+                self.keys.task(task_id),
+                self.keys.lease(session_id),
+            ],
+            args=[task_id, input_json, self.keys.task_prefix(), session_id],
+        )
+        values = [_text(item) for item in reply]
+        return StartResult(values[0]), values[1] if len(values) > 1 else ""
+
+    async def rollback_start(self, session_id: str, task_id: str) -> bool:
+        keys = [self.keys.session(session_id), self.keys.task(task_id)]
+        return bool(await self._rollback(keys=keys, args=[task_id]))
+
+    async def block_unconfirmed(self, session_id: str, reference: str) -> None:
+        await self._block(keys=[self.keys.session(session_id)], args=[reference])
+
+    # -- worker side --------------------------------------------------------------------
+    async def task_record(self, task_id: str) -> dict[str, str]:
+        raw = await self.redis.hgetall(self.keys.task(task_id))
+        return {_text(key): _text(value) for key, value in raw.items()}
+
+    async def claim(self, session_id: str, task_id: str, token: str, lease_ms: int) -> Claim:
+        reply = await self._claim(
+            keys=[
+                self.keys.task(task_id),
+                self.keys.lease(session_id),
+                self.keys.fence(session_id),
+                self.keys.events(task_id),
+            ],
+            args=[token, lease_ms],
+        )
+        values = [_text(item) for item in reply]
+        result = ClaimResult(values[0])
+        if result is not ClaimResult.CLAIMED:
+            return Claim(result)
+        return Claim(result, values[1], values[2], int(values[3]))
+
+    async def append(
+        self, session_id: str, task_id: str, lease: str, entries: Sequence[tuple[str, str, str]]
+    ) -> int:
+        args: list[str] = [lease]
+        for kind, tag, payload in entries:
+            args.extend((kind, tag, payload))
+        keys = [self.keys.task(task_id), self.keys.lease(session_id), self.keys.events(task_id)]
+        return int(await self._append(keys=keys, args=args))
+
+    async def settle(
+        self,
+        session_id: str,
+        task_id: str,
+        state: str,
+        outcome: dict[str, Any],
+        *,
+        lease: str = "",
+        run_ended: bool = False,
+    ) -> tuple[SettleResult, str]:
+        reply = await self._settle(
+            keys=[
+                self.keys.task(task_id),
+                self.keys.session(session_id),
+                self.keys.events(task_id),
+                self.keys.lease(session_id),
+            ],
+            args=[
+                lease,
+                state,
+                dumps(outcome),
+                "1" if run_ended else "0",
+                task_id,
+                TASK_RETENTION_SECONDS,
+            ],
+        )
+        values = [_text(item) for item in reply]
+        return SettleResult(values[0]), values[1] if len(values) > 1 else ""
+
+    async def cancel(self, session_id: str, task_id: str) -> tuple[CancelResult, str]:
+        reply = await self._cancel(
+            keys=[
+                self.keys.task(task_id),
+                self.keys.session(session_id),
+                self.keys.events(task_id),
+                self.keys.lease(session_id),
+            ],
+            args=[task_id, self.keys.cancel_channel(), TASK_RETENTION_SECONDS],
+        )
+        values = [_text(item) for item in reply]
+        return CancelResult(values[0]), values[1] if len(values) > 1 else ""
+
+    async def renew(self, session_id: str, task_id: str, lease: str, lease_ms: int) -> tuple[bool, bool]:
+        """Extend the lease; returns (still held, cancellation requested)."""
+        keys = [self.keys.lease(session_id), self.keys.task(task_id)]
+        held, cancel = await self._renew(keys=keys, args=[lease, lease_ms])
+        return bool(int(held)), _text(cancel) == "1"
+
+    async def release(self, session_id: str, task_id: str, lease: str) -> None:
+        keys = [self.keys.lease(session_id), self.keys.session(session_id), self.keys.task(task_id)]
+        await self._release(keys=keys, args=[lease, task_id])
+
+    async def holds(self, session_id: str, lease: str) -> bool:
+        return bool(await self._holds(keys=[self.keys.lease(session_id)], args=[lease]))

@@ -1,0 +1,55 @@
+"""Build the Celery app of the worker pool.
+
+``celery -A workers.main worker`` serves the deployment configured by the environment
+(see ``wire.settings.Settings``). Tests and embedders call :func:`create_app` with
+explicit settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_process_init, worker_process_shutdown, worker_ready
+
+from wire.celery_config import RUN_TASK, celery_config
+from wire.profiles import AgentProfile
+from wire.settings import Settings
+
+from .runtime import WorkerRuntime
+
+
+def create_app(
+    settings: Settings, profiles: Mapping[str, AgentProfile] | None = None
+) -> Celery:
+    app = Celery("ahp_workers", set_as_current=False)
+    app.conf.update(celery_config(settings))
+    runtime = WorkerRuntime(settings, profiles)
+    app.ahp_runtime = runtime  # type: ignore[attr-defined]
+
+    @app.task(name=RUN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+    def run_task(self: Any, namespace: str, task_id: str) -> None:
+        if namespace != settings.namespace:
+            raise ValueError(
+                f"message for namespace {namespace!r} reached a worker of {settings.namespace!r}"
+            )
+        runtime.run_task(task_id)
+
+    def start_in_child(**_: Any) -> None:
+        runtime.start()
+
+    def start_if_not_forking(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is not app:
+            return
+        pool = getattr(sender, "pool", None)
+        if pool is not None and "prefork" not in type(pool).__module__:
+            runtime.start()
+
+    def stop_child(**_: Any) -> None:
+        runtime.stop()
+
+    worker_process_init.connect(start_in_child, weak=False)
+    worker_process_shutdown.connect(stop_child, weak=False)
+    worker_ready.connect(start_if_not_forking, weak=False)
+    return app

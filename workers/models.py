@@ -1,0 +1,25 @@
+"""Build the chat model a profile names, by import path (never from a pickled object)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+
+from wire.profiles import ModelSpec
+
+from .errors import ModelBuildError
+
+
+def build_model(spec: ModelSpec) -> BaseChatModel:
+    """Import ``package.module:Attribute`` and call it with the spec's options."""
+    module_name, _, attribute = spec.target.partition(":")
+    try:
+        factory: Any = getattr(importlib.import_module(module_name), attribute)
+        model = factory(**dict(spec.options))
+    except Exception as error:
+        raise ModelBuildError(f"cannot build model {spec.target!r}: {error}") from error
+    if not isinstance(model, BaseChatModel):
+        raise ModelBuildError(f"{spec.target!r} built {type(model).__name__}, not a BaseChatModel")
+    return model

@@ -1,0 +1,304 @@
+"""Execute one AHP task: claim, fenced lease, graph turn, events, settle exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from agent_harness_protocol import (
+    Cancelled,
+    Completed,
+    DiagnosticsRequirement,
+    Failed,
+    FailureKind,
+    TaskId,
+    TaskOutcome,
+    TaskState,
+    TextOutput,
+    Unresolved,
+    UnresolvedReason,
+)
+
+from wire.codec import RemoteCause, loads, outcome_to_json, spec_from_json, usage_from_json
+from wire.keys import is_valid_id
+from wire.profiles import AgentProfile, CancellationSemantics
+from wire.settings import Settings
+from wire.store import ClaimResult, RecordStore, SettleResult
+
+from .checkpoints import HeldLease, LeaseRegistry
+from .errors import ProfileMismatchError, StaleLeaseError
+from .event_sink import EventSink
+from .graph import ModelGraph
+from .turn import TurnResult, TurnTranslator, run_turn
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class LiveRun:
+    """A run of this process, reachable by the cancellation listener."""
+
+    task_id: str
+    cancel_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    lease_lost: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class GraphProvider:
+    """Builds (once) the compiled graph of each profile."""
+
+    async def graph(self, profile: AgentProfile) -> ModelGraph:
+        raise NotImplementedError
+
+
+_STATE_OF = {
+    Completed: TaskState.COMPLETED,
+    Failed: TaskState.FAILED,
+    Cancelled: TaskState.CANCELLED,
+    Unresolved: TaskState.UNRESOLVED,
+}
+
+
+class TaskRunner:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        store: RecordStore,
+        profiles: Mapping[str, AgentProfile],
+        graphs: GraphProvider,
+        leases: LeaseRegistry,
+        runs: dict[str, LiveRun],
+        token: str,
+        delete_thread: "ThreadDeleter",
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._profiles = profiles
+        self._graphs = graphs
+        self._leases = leases
+        self._runs = runs
+        self._token = token
+        self._delete_thread = delete_thread
+        self._lease_ms = int(settings.lease_ttl.total_seconds() * 1000)
+
+    async def run(self, task_id: str) -> None:
+        if not is_valid_id(task_id):
+            log.error("refusing a message with an invalid task id %r", task_id)
+            return
+        record = await self._store.task_record(task_id)
+        session_id = record.get("session", "")
+        if not session_id:
+            log.warning("task %s has no record; message dropped", task_id)
+            return
+        live = LiveRun(task_id)
+        self._runs[task_id] = live
+        try:
+            claim = await self._store.claim(session_id, task_id, self._token, self._lease_ms)
+            if claim.result is not ClaimResult.CLAIMED:
+                log.info("task %s not run: %s", task_id, claim.result.value)
+                return
+            await self._run_claimed(live, session_id, record, claim.lease)
+        finally:
+            self._runs.pop(task_id, None)
+
+    async def _run_claimed(
+        self, live: LiveRun, session_id: str, record: Mapping[str, str], lease: str
+    ) -> None:
+        task_id = live.task_id
+        held = HeldLease(session_id, lease)
+        thread_id = self._store.keys.thread_id(session_id)
+        self._leases.register(thread_id, held)
+        sink = EventSink(self._store, session_id, task_id, lease)
+        sink.start()
+        renewer = asyncio.create_task(self._renew(live, session_id, lease))
+        run_ended = True
+        try:
+            outcome = await self._outcome(live, session_id, record, sink)
+            await sink.drain()
+            if outcome is None or sink.lease_lost or live.lease_lost.is_set():
+                log.warning("task %s lost its lease; its outcome is left to the new holder", task_id)
+                return
+            await self._settle(session_id, outcome, lease, run_ended=True)
+        except _OutlivedBudget as outlived:
+            run_ended = False
+            await sink.drain()
+            await self._settle(session_id, outlived.outcome, lease, run_ended=False)
+            with contextlib.suppress(BaseException):
+                await outlived.execution
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            self._leases.unregister(thread_id, held)
+            if not run_ended:
+                await self._store.release(session_id, task_id, lease)
+            await self._cleanup_if_released(session_id)
+
+    async def _outcome(
+        self, live: LiveRun, session_id: str, record: Mapping[str, str], sink: EventSink
+    ) -> TaskOutcome | None:
+        task = TaskId(live.task_id)
+        session = await self._store.session_record(session_id)
+        try:
+            profile = self._profile_for(session)
+            spec = spec_from_json(loads(session["spec"]))
+            text = str(loads(record["input"])["text"])
+            session_usage = usage_from_json(loads(session.get("usage") or "{}"))
+            graph = await self._graphs.graph(profile)
+        except Exception as error:
+            return _failed(task, error)
+        translator = TurnTranslator(
+            task,
+            sink,
+            session_usage,
+            diagnostics=spec.requirements.diagnostics is DiagnosticsRequirement.REQUIRED,
+        )
+        metadata = {"ahp_task_id": live.task_id, "ahp_session_id": session_id}
+        execution = asyncio.create_task(
+            run_turn(
+                graph,
+                translator,
+                self._store.keys.thread_id(session_id),
+                text,
+                spec.instructions,
+                metadata,
+            )
+        )
+        return await self._supervise(task, live, profile, execution)
+
+    def _profile_for(self, session: Mapping[str, str]) -> AgentProfile:
+        name = session.get("profile", "")
+        profile = self._profiles.get(name)
+        if profile is None:
+            raise ProfileMismatchError(f"this worker has no profile {name!r}")
+        if profile.digest != session.get("profile_digest"):
+            raise ProfileMismatchError(
+                f"profile {name!r} differs between the caller and this worker; "
+                "deploy the same profile registry to both"
+            )
+        return profile
+
+    async def _supervise(
+        self,
+        task: TaskId,
+        live: LiveRun,
+        profile: AgentProfile,
+        execution: asyncio.Task[TurnResult],
+    ) -> TaskOutcome | None:
+        stop = asyncio.create_task(_first_of(live.cancel_requested, live.lease_lost))
+        try:
+            await asyncio.wait({execution, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if execution.done():
+            return _settled_result(task, execution, profile, cancelled=False)
+        # Deliver one cancellation to the graph coroutine, then wait within the budget.
+        execution.cancel()
+        budget = self._settings.cleanup_per_task.total_seconds()
+        await asyncio.wait({execution}, timeout=budget)
+        if live.lease_lost.is_set():
+            return None
+        if execution.done():
+            return _settled_result(task, execution, profile, cancelled=True)
+        raise _OutlivedBudget(
+            Unresolved(
+                task,
+                UnresolvedReason.CANCELLATION_UNCONFIRMED,
+                "the graph run did not end within the per-task budget after cancellation",
+            ),
+            execution,
+        )
+
+    async def _settle(
+        self, session_id: str, outcome: TaskOutcome, lease: str, *, run_ended: bool
+    ) -> None:
+        cause = outcome.cause if isinstance(outcome, Failed) else None
+        encoded = outcome_to_json(outcome, RemoteCause.of(cause) if cause is not None else None)
+        result, _ = await self._store.settle(
+            session_id,
+            outcome.task_id.value,
+            _STATE_OF[type(outcome)].value,
+            encoded,
+            lease=lease,
+            run_ended=run_ended,
+        )
+        if result is SettleResult.STALE:
+            log.warning("task %s: settle refused, the lease was taken over", outcome.task_id)
+        elif result is SettleResult.TERMINAL and run_ended:
+            # Settled elsewhere (cleanup bound): the run has ended now, free the session.
+            await self._store.release(session_id, outcome.task_id.value, lease)
+
+    async def _renew(self, live: LiveRun, session_id: str, lease: str) -> None:
+        interval = max(self._settings.lease_ttl.total_seconds() / 3, 0.05)
+        while True:
+            held, cancel = await self._store.renew(session_id, live.task_id, lease, self._lease_ms)
+            if not held:
+                live.lease_lost.set()
+                return
+            if cancel:
+                live.cancel_requested.set()
+            await asyncio.sleep(interval)
+
+    async def _cleanup_if_released(self, session_id: str) -> None:
+        session = await self._store.session_record(session_id)
+        if session.get("closed") == "1" and session.get("persistent") != "1":
+            try:
+                await self._delete_thread(self._store.keys.thread_id(session_id))
+            except Exception:
+                log.exception("deleting the checkpoint thread of released session %s", session_id)
+
+
+class ThreadDeleter:
+    async def __call__(self, thread_id: str) -> None:
+        raise NotImplementedError
+
+
+class _OutlivedBudget(Exception):
+    def __init__(self, outcome: TaskOutcome, execution: asyncio.Task[TurnResult]) -> None:
+        super().__init__("graph run outlived its cancellation budget")
+        self.outcome = outcome
+        self.execution = execution
+
+
+async def _first_of(*events: asyncio.Event) -> None:
+    waiters = [asyncio.create_task(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+def _failed(task: TaskId, error: BaseException) -> Failed:
+    return Failed(task, FailureKind.UNKNOWN, str(error) or type(error).__name__, error)
+
+
+def _settled_result(
+    task: TaskId,
+    execution: asyncio.Task[TurnResult],
+    profile: AgentProfile,
+    *,
+    cancelled: bool,
+) -> TaskOutcome | None:
+    if execution.cancelled():
+        if profile.cancellation is CancellationSemantics.COROUTINE_TERMINATION_CONFIRMS_WORK_STOPPED:
+            return Cancelled(task)
+        return Unresolved(
+            task,
+            UnresolvedReason.CANCELLATION_UNCONFIRMED,
+            "the model coroutine was cancelled; the provider may still be working",
+        )
+    error = execution.exception()
+    if isinstance(error, StaleLeaseError):
+        return None
+    if error is not None:
+        return _failed(task, error)
+    result = execution.result()
+    output = None if result.text is None else TextOutput(result.text)
+    return Completed(task, result.stop_reason, output, result.usage)
+
+
+__all__ = ["GraphProvider", "LiveRun", "TaskRunner", "ThreadDeleter"]

@@ -1,0 +1,230 @@
+"""One long-lived event loop per worker process, with its Redis clients and saver.
+
+Celery runs task functions synchronously (prefork children, or pool threads). Each
+process owns one background thread running one asyncio loop; every Redis client, the
+checkpointer and the compiled graphs are created inside that loop and never used from
+another one. A task function hands its coroutine to the loop and blocks on the result,
+which costs far less than an ``asyncio.run`` per task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Coroutine, Mapping
+from concurrent.futures import Future
+from typing import Any, TypeVar
+from uuid import uuid4
+
+from redis.asyncio import BlockingConnectionPool, Redis
+
+from wire.codec import dumps, loads
+from wire.keys import Keys
+from wire.profiles import AgentProfile, load_profiles
+from wire.settings import Settings
+from wire.store import RecordStore
+
+from .checkpoints import FencedRedisSaver, LeaseRegistry
+from .graph import ModelGraph
+from .models import build_model
+from .runner import GraphProvider, LiveRun, TaskRunner, ThreadDeleter
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_REPLY_TTL_SECONDS = 120
+
+
+def _pool(url: str, settings: Settings, *, decode: bool) -> BlockingConnectionPool:
+    return BlockingConnectionPool.from_url(
+        url,
+        max_connections=settings.redis_max_connections,
+        timeout=30,
+        decode_responses=decode,
+        health_check_interval=30,
+    )
+
+
+class _Graphs(GraphProvider):
+    def __init__(self, saver: FencedRedisSaver) -> None:
+        self._saver = saver
+        self._graphs: dict[str, ModelGraph] = {}
+
+    async def graph(self, profile: AgentProfile) -> ModelGraph:
+        graph = self._graphs.get(profile.digest)
+        if graph is None:
+            graph = ModelGraph(build_model(profile.model), self._saver)
+            self._graphs[profile.digest] = graph
+        return graph
+
+
+class _Deleter(ThreadDeleter):
+    def __init__(self, saver: FencedRedisSaver) -> None:
+        self._saver = saver
+
+    async def __call__(self, thread_id: str) -> None:
+        await self._saver.adelete_thread(thread_id)
+
+
+class _LoopState:
+    """Everything that lives inside the worker loop."""
+
+    def __init__(self, settings: Settings, profiles: Mapping[str, AgentProfile]) -> None:
+        self.settings = settings
+        self.keys = Keys(settings.namespace)
+        self.redis = Redis(connection_pool=_pool(settings.redis_url, settings, decode=True))
+        self.store = RecordStore(self.redis, self.keys)
+        self.leases = LeaseRegistry(self.store)
+        checkpoint_redis = Redis(
+            connection_pool=_pool(settings.effective_checkpoint_url, settings, decode=False)
+        )
+        self.saver = FencedRedisSaver(redis_client=checkpoint_redis, leases=self.leases)
+        self.runs: dict[str, LiveRun] = {}
+        self.token = uuid4().hex
+        self.deleter = _Deleter(self.saver)
+        self.runner = TaskRunner(
+            settings=settings,
+            store=self.store,
+            profiles=profiles,
+            graphs=_Graphs(self.saver),
+            leases=self.leases,
+            runs=self.runs,
+            token=self.token,
+            delete_thread=self.deleter,
+        )
+        self.background: list[asyncio.Task[None]] = []
+
+    async def open(self) -> None:
+        await self.saver.asetup()
+        self.background.append(asyncio.create_task(self._listen_for_cancellations()))
+        self.background.append(asyncio.create_task(self._serve_maintenance()))
+
+    async def close(self) -> None:
+        for task in self.background:
+            task.cancel()
+        for task in self.background:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.redis.aclose()
+        await self.saver.aclose()
+
+    async def _listen_for_cancellations(self) -> None:
+        """Deliver cancellation requests to this process's runs the moment they are made."""
+        channel = self.keys.cancel_channel()
+        while True:
+            try:
+                async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+                    await pubsub.subscribe(channel)
+                    while True:
+                        message = await pubsub.get_message(timeout=5.0)
+                        if message is None:
+                            continue
+                        run = self.runs.get(str(message["data"]))
+                        if run is not None:
+                            run.cancel_requested.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # Runs also read the durable cancel flag whenever they renew their lease.
+                log.exception("cancellation listener lost its connection; reconnecting")
+                await asyncio.sleep(0.5)
+
+    async def _serve_maintenance(self) -> None:
+        """Delete checkpoint threads of released sessions, outside the Celery slots."""
+        queue = self.keys.maintenance_queue()
+        while True:
+            try:
+                item = await self.redis.blpop([queue], timeout=5)
+                if item is None:
+                    continue
+                request = loads(item[1])
+                reply: dict[str, Any] = {"ok": True}
+                try:
+                    if request.get("op") == "delete_thread":
+                        await self.deleter(str(request["thread_id"]))
+                    else:
+                        reply = {"ok": False, "error": f"unknown operation {request.get('op')!r}"}
+                except Exception as error:
+                    reply = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+                key = self.keys.maintenance_reply(str(request["id"]))
+                async with self.redis.pipeline(transaction=True) as pipe:
+                    pipe.rpush(key, dumps(reply))
+                    pipe.expire(key, _REPLY_TTL_SECONDS)
+                    await pipe.execute()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("maintenance consumer failed; retrying")
+                await asyncio.sleep(0.5)
+
+
+class WorkerRuntime:
+    """The per-process loop thread. Thread-safe; start it once per process."""
+
+    def __init__(self, settings: Settings, profiles: Mapping[str, AgentProfile] | None = None):
+        self.settings = settings
+        self.profiles = profiles if profiles is not None else load_profiles(settings.profiles)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._state: _LoopState | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def started(self) -> bool:
+        return self._loop is not None
+
+    def start(self) -> None:
+        with self._lock:
+            if self._loop is not None:
+                return
+            loop = asyncio.new_event_loop()
+            ready: Future[None] = Future()
+            thread = threading.Thread(
+                target=self._serve, args=(loop, ready), name="ahp-worker-loop", daemon=True
+            )
+            thread.start()
+            ready.result(timeout=60)
+            self._loop, self._thread = loop, thread
+
+    def _serve(self, loop: asyncio.AbstractEventLoop, ready: Future[None]) -> None:
+        asyncio.set_event_loop(loop)
+
+        async def open_state() -> None:
+            state = _LoopState(self.settings, self.profiles)
+            await state.open()
+            self._state = state
+
+        try:
+            loop.run_until_complete(open_state())
+        except BaseException as error:
+            ready.set_exception(error)
+            loop.close()
+            return
+        ready.set_result(None)
+        loop.run_forever()
+        loop.close()
+
+    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the worker loop and block until it returns."""
+        self.start()
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def run_task(self, task_id: str) -> None:
+        self.start()
+        assert self._state is not None
+        self.call(self._state.runner.run(task_id))
+
+    def stop(self) -> None:
+        with self._lock:
+            loop, thread, state = self._loop, self._thread, self._state
+            if loop is None or thread is None:
+                return
+            if state is not None:
+                with contextlib.suppress(Exception):
+                    asyncio.run_coroutine_threadsafe(state.close(), loop).result(timeout=10)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+            self._loop = self._thread = self._state = None

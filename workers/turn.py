@@ -1,0 +1,126 @@
+"""Translate one LangGraph turn's native stream into AHP events and a result."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from uuid import uuid4
+
+from agent_harness_protocol import (
+    AgentUsage,
+    MessageCompleted,
+    MessageDelta,
+    MessageId,
+    MessageRole,
+    ProviderDiagnostic,
+    StopReason,
+    TaskId,
+    UsageChanged,
+)
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+
+from wire.codec import SEMANTIC, DIAGNOSTIC, diagnostic_to_entry, event_to_entry
+from wire.provider import PROVIDER
+
+from .event_sink import EventSink
+from .graph import ModelGraph
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    text: str | None
+    usage: AgentUsage
+    stop_reason: StopReason
+
+
+def usage_of(message: BaseMessage) -> AgentUsage:
+    """``usage_metadata`` as AgentUsage; a missing field is unknown (None), never zero."""
+    metadata: Mapping[str, Any] | None = getattr(message, "usage_metadata", None)
+    if not metadata:
+        return AgentUsage.UNKNOWN
+    input_details: Mapping[str, Any] = metadata.get("input_token_details") or {}
+    output_details: Mapping[str, Any] = metadata.get("output_token_details") or {}
+    return AgentUsage(
+        input_tokens=metadata.get("input_tokens"),
+        cached_input_tokens=input_details.get("cache_read"),
+        output_tokens=metadata.get("output_tokens"),
+        reasoning_tokens=output_details.get("reasoning"),
+        total_tokens=metadata.get("total_tokens"),
+        cache_write_input_tokens=input_details.get("cache_creation"),
+    )
+
+
+def stop_reason_of(message: BaseMessage) -> StopReason:
+    finish = str(message.response_metadata.get("finish_reason") or "").lower()
+    if finish in {"length", "max_tokens", "content_filter"}:
+        return StopReason.PROVIDER_STOPPED
+    return StopReason.FINISHED
+
+
+class TurnTranslator:
+    """Feeds the event sink while a turn streams; remembers the final AI message."""
+
+    def __init__(
+        self,
+        task_id: TaskId,
+        sink: EventSink,
+        session_usage: AgentUsage,
+        diagnostics: bool,
+    ) -> None:
+        self._task_id = task_id
+        self._sink = sink
+        self._session_usage = session_usage
+        self._diagnostics = diagnostics
+        self._final: AIMessage | None = None
+
+    def _emit(self, event: Any) -> None:
+        tag, payload = event_to_entry(event)
+        self._sink.emit(SEMANTIC, tag, payload)
+
+    def _diagnose(self, name: str, payload: Mapping[str, Any]) -> None:
+        if self._diagnostics:
+            diagnostic = ProviderDiagnostic(self._task_id, PROVIDER, name, json.dumps(payload))
+            tag, body = diagnostic_to_entry(diagnostic)
+            self._sink.emit(DIAGNOSTIC, tag, body)
+
+    def observe(self, mode: str, payload: Any) -> None:
+        if mode == "messages":
+            chunk, metadata = payload
+            node = str(metadata.get("langgraph_node", ""))
+            if isinstance(chunk, AIMessageChunk) and chunk.text:
+                message_id = MessageId(chunk.id or self._task_id.value)
+                self._emit(MessageDelta(self._task_id, message_id, chunk.text, MessageRole.ANSWER))
+            self._diagnose("messages", {"node": node, "text": getattr(chunk, "text", "")})
+        elif mode == "updates":
+            for node, update in (payload or {}).items():
+                messages = (update or {}).get("messages", []) if isinstance(update, dict) else []
+                for message in messages:
+                    if isinstance(message, AIMessage):
+                        self._final = message
+                self._diagnose("updates", {"node": str(node), "messages": len(messages)})
+
+    def finish(self) -> TurnResult:
+        final = self._final
+        if final is None:
+            return TurnResult(None, AgentUsage.UNKNOWN, StopReason.PROVIDER_STOPPED)
+        text = final.text
+        usage = usage_of(final)
+        message_id = MessageId(final.id or uuid4().hex)
+        self._emit(MessageCompleted(self._task_id, message_id, text, MessageRole.ANSWER))
+        self._emit(UsageChanged(self._task_id, usage, self._session_usage + usage))
+        return TurnResult(text, usage, stop_reason_of(final))
+
+
+async def run_turn(
+    graph: ModelGraph,
+    translator: TurnTranslator,
+    thread_id: str,
+    text: str,
+    instructions: str | None,
+    metadata: Mapping[str, str],
+) -> TurnResult:
+    async for mode, payload in graph.stream_turn(thread_id, text, instructions, metadata):
+        translator.observe(mode, payload)
+    return translator.finish()
