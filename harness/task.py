@@ -180,7 +180,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         last = "0-0"
         while not self._outcome.done():
             try:
-                reply = await self._runtime.redis.xread({key: last}, count=1024, block=5000)
+                reply = await self._runtime.redis.xread({key: last}, count=1024, block=2000)
             except (RedisConnectionError, RedisTimeoutError):
                 log.warning("event stream of task %s: connection lost, resuming", self._id)
                 await asyncio.sleep(0.2)

@@ -11,12 +11,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from celery import Celery
+from celery.exceptions import Reject
 from celery.signals import worker_process_init, worker_process_shutdown, worker_ready
 
 from wire.celery_config import RUN_TASK, celery_config
 from wire.profiles import AgentProfile
 from wire.settings import Settings
 
+from .errors import RuntimeStoppedError
 from .runtime import WorkerRuntime
 
 
@@ -34,7 +36,11 @@ def create_app(
             raise ValueError(
                 f"message for namespace {namespace!r} reached a worker of {settings.namespace!r}"
             )
-        runtime.run_task(task_id)
+        try:
+            runtime.run_task(task_id)
+        except RuntimeStoppedError as error:
+            # Shutting down mid-run: hand the message back instead of acknowledging it.
+            raise Reject(str(error), requeue=True) from error
 
     def start_in_child(**_: Any) -> None:
         runtime.start()

@@ -2,6 +2,8 @@
 
     WorkerError (RuntimeError)
     ├── StaleLeaseError        this run no longer holds its session lease; it must not write
+    ├── ModelCallCancelledError the cancellation delivered to a model call ended it
+    ├── RuntimeStoppedError    the process's loop stopped while a run was in progress
     ├── ProfileMismatchError   the caller's profile declaration differs from this worker's
     └── ModelBuildError        the profile's chat model could not be built
 """
@@ -13,6 +15,14 @@ class WorkerError(RuntimeError):
 
 class StaleLeaseError(WorkerError):
     """The run's lease was taken over or expired: its writes are refused."""
+
+
+class ModelCallCancelledError(WorkerError):
+    """The model call ended by the cancellation the worker delivered to it."""
+
+
+class RuntimeStoppedError(WorkerError):
+    """The worker loop stopped during a run; the message must be handed back."""
 
 
 class ProfileMismatchError(WorkerError):

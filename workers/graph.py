@@ -6,23 +6,79 @@ prepended to the history for each model call, so a reopened session may change t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import asyncio
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AnyMessage,
+    BaseMessage,
+    BaseMessageChunk,
+    HumanMessage,
+    SystemMessage,
+    message_chunk_to_message,
+)
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 
+from .errors import ModelCallCancelledError
+
 INSTRUCTIONS = "ahp_instructions"
+TASK_ID = "ahp_task_id"
+
+
+class ModelCalls:
+    """The model call each run is in, so cancellation can be delivered to exactly it.
+
+    Cancelling the model call (rather than the whole graph run) lets a model that
+    finishes anyway complete its turn: completion then wins the race against cancel.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[str, asyncio.Task[BaseMessage]] = {}
+        self._started: set[str] = set()
+
+    async def run(self, key: str, call: Coroutine[Any, Any, BaseMessage]) -> BaseMessage:
+        task = asyncio.create_task(call)
+        self._calls[key] = task
+        self._started.add(key)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():
+                # The delivered cancellation ended the model call; end the run with it.
+                raise ModelCallCancelledError(f"model call of task {key} was cancelled") from None
+            task.cancel()
+            raise
+        finally:
+            if self._calls.get(key) is task:
+                del self._calls[key]
+
+    def cancel(self, key: str) -> bool:
+        """Cancel the run's model call if one is in progress; whether one was."""
+        task = self._calls.get(key)
+        if task is None or task.done():
+            return False
+        task.cancel()
+        return True
+
+    def started(self, key: str) -> bool:
+        return key in self._started
+
+    def forget(self, key: str) -> None:
+        self._started.discard(key)
 
 
 class ModelGraph:
     """A compiled single-model graph shared by every session a worker runs."""
 
-    def __init__(self, model: BaseChatModel, checkpointer: BaseCheckpointSaver[Any]) -> None:
+    def __init__(
+        self, model: BaseChatModel, checkpointer: BaseCheckpointSaver[Any], calls: ModelCalls
+    ) -> None:
         self._model = model
+        self._calls = calls
         builder = StateGraph(MessagesState)
         builder.add_node("model", self._call_model)
         builder.add_edge(START, "model")
@@ -35,8 +91,21 @@ class ModelGraph:
         instructions = config.get("configurable", {}).get(INSTRUCTIONS)
         if instructions is not None:
             messages.insert(0, SystemMessage(content=instructions))
-        response = await self._model.ainvoke(messages, config)
+        key = str(config.get("metadata", {}).get(TASK_ID, ""))
+        response = await self._calls.run(key, self._stream_model(messages, config))
         return {"messages": [response]}
+
+    async def _stream_model(
+        self, messages: list[BaseMessage], config: RunnableConfig
+    ) -> BaseMessage:
+        """Call the model through ``astream``: unlike ``ainvoke`` (which gathers), a model
+        that finishes despite a cancellation really returns its message."""
+        final: BaseMessageChunk | None = None
+        async for chunk in self._model.astream(messages, config):
+            final = chunk if final is None else final + chunk
+        if final is None:
+            raise RuntimeError("the model streamed no message")
+        return message_chunk_to_message(final)
 
     def stream_turn(
         self,

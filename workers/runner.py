@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from agent_harness_protocol import (
+    AgentUsage,
     Cancelled,
     Completed,
     DiagnosticsRequirement,
@@ -29,9 +30,9 @@ from wire.settings import Settings
 from wire.store import ClaimResult, RecordStore, SettleResult
 
 from .checkpoints import HeldLease, LeaseRegistry
-from .errors import ProfileMismatchError, StaleLeaseError
+from .errors import ModelCallCancelledError, ProfileMismatchError, StaleLeaseError
 from .event_sink import EventSink
-from .graph import ModelGraph
+from .graph import ModelCalls, ModelGraph
 from .turn import TurnResult, TurnTranslator, run_turn
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,9 @@ class LiveRun:
 
 
 class GraphProvider:
-    """Builds (once) the compiled graph of each profile."""
+    """Builds (once) the compiled graph of each profile; tracks their model calls."""
+
+    calls: ModelCalls
 
     async def graph(self, profile: AgentProfile) -> ModelGraph:
         raise NotImplementedError
@@ -167,7 +170,10 @@ class TaskRunner:
                 metadata,
             )
         )
-        return await self._supervise(task, live, profile, execution)
+        try:
+            return await self._supervise(task, live, profile, execution)
+        finally:
+            self._graphs.calls.forget(live.task_id)
 
     def _profile_for(self, session: Mapping[str, str]) -> AgentProfile:
         name = session.get("profile", "")
@@ -193,16 +199,19 @@ class TaskRunner:
             await asyncio.wait({execution, stop}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
+        model_started = self._graphs.calls.started(live.task_id)
         if execution.done():
-            return _settled_result(task, execution, profile, cancelled=False)
-        # Deliver one cancellation to the graph coroutine, then wait within the budget.
-        execution.cancel()
+            return _settled_result(task, execution, profile, model_started)
+        # Deliver one cancellation: to the model call if one is running, else to the run.
+        delivered = self._graphs.calls.cancel(live.task_id)
+        if live.lease_lost.is_set() or not delivered:
+            execution.cancel()
         budget = self._settings.cleanup_per_task.total_seconds()
         await asyncio.wait({execution}, timeout=budget)
         if live.lease_lost.is_set():
             return None
         if execution.done():
-            return _settled_result(task, execution, profile, cancelled=True)
+            return _settled_result(task, execution, profile, self._graphs.calls.started(live.task_id))
         raise _OutlivedBudget(
             Unresolved(
                 task,
@@ -280,10 +289,15 @@ def _settled_result(
     task: TaskId,
     execution: asyncio.Task[TurnResult],
     profile: AgentProfile,
-    *,
-    cancelled: bool,
+    model_started: bool,
 ) -> TaskOutcome | None:
-    if execution.cancelled():
+    cancelled = execution.cancelled() or isinstance(
+        execution.exception(), ModelCallCancelledError
+    )
+    if cancelled:
+        if not model_started:
+            # No native work had started: nothing can still be running.
+            return Cancelled(task, usage=AgentUsage.ZERO)
         if profile.cancellation is CancellationSemantics.COROUTINE_TERMINATION_CONFIRMS_WORK_STOPPED:
             return Cancelled(task)
         return Unresolved(

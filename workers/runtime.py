@@ -14,7 +14,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Coroutine, Mapping
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from typing import Any, TypeVar
 from uuid import uuid4
 
@@ -27,7 +27,8 @@ from wire.settings import Settings
 from wire.store import RecordStore
 
 from .checkpoints import FencedRedisSaver, LeaseRegistry
-from .graph import ModelGraph
+from .errors import RuntimeStoppedError
+from .graph import ModelCalls, ModelGraph
 from .models import build_model
 from .runner import GraphProvider, LiveRun, TaskRunner, ThreadDeleter
 
@@ -51,11 +52,12 @@ class _Graphs(GraphProvider):
     def __init__(self, saver: FencedRedisSaver) -> None:
         self._saver = saver
         self._graphs: dict[str, ModelGraph] = {}
+        self.calls = ModelCalls()
 
     async def graph(self, profile: AgentProfile) -> ModelGraph:
         graph = self._graphs.get(profile.digest)
         if graph is None:
-            graph = ModelGraph(build_model(profile.model), self._saver)
+            graph = ModelGraph(build_model(profile.model), self._saver, self.calls)
             self._graphs[profile.digest] = graph
         return graph
 
@@ -118,7 +120,7 @@ class _LoopState:
                 async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(channel)
                     while True:
-                        message = await pubsub.get_message(timeout=5.0)
+                        message = await pubsub.get_message(timeout=2.0)
                         if message is None:
                             continue
                         run = self.runs.get(str(message["data"]))
@@ -136,7 +138,7 @@ class _LoopState:
         queue = self.keys.maintenance_queue()
         while True:
             try:
-                item = await self.redis.blpop([queue], timeout=5)
+                item = await self.redis.blpop([queue], timeout=2)
                 if item is None:
                     continue
                 request = loads(item[1])
@@ -160,6 +162,15 @@ class _LoopState:
                 await asyncio.sleep(0.5)
 
 
+async def _cancel_runs() -> None:
+    current = asyncio.current_task()
+    runs = [task for task in asyncio.all_tasks() if task is not current]
+    for task in runs:
+        task.cancel()
+    if runs:
+        await asyncio.wait(runs, timeout=5)
+
+
 class WorkerRuntime:
     """The per-process loop thread. Thread-safe; start it once per process."""
 
@@ -170,6 +181,7 @@ class WorkerRuntime:
         self._thread: threading.Thread | None = None
         self._state: _LoopState | None = None
         self._lock = threading.Lock()
+        self._stopping = False
 
     @property
     def started(self) -> bool:
@@ -210,7 +222,13 @@ class WorkerRuntime:
         """Run ``coroutine`` on the worker loop and block until it returns."""
         self.start()
         assert self._loop is not None
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result()
+        except CancelledError:
+            if self._stopping:
+                raise RuntimeStoppedError("the worker runtime stopped during the run") from None
+            raise
 
     def run_task(self, task_id: str) -> None:
         self.start()
@@ -218,10 +236,15 @@ class WorkerRuntime:
         self.call(self._state.runner.run(task_id))
 
     def stop(self) -> None:
+        """Close the loop. Runs still in progress are cancelled; their task functions
+        raise ``RuntimeStoppedError`` so the message is handed back, not acknowledged."""
         with self._lock:
             loop, thread, state = self._loop, self._thread, self._state
             if loop is None or thread is None:
                 return
+            self._stopping = True
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(_cancel_runs(), loop).result(timeout=10)
             if state is not None:
                 with contextlib.suppress(Exception):
                     asyncio.run_coroutine_threadsafe(state.close(), loop).result(timeout=10)

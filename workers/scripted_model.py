@@ -78,6 +78,4 @@ class ScriptedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         for chunk in self._stream(messages, stop, None, **kwargs):
-            if run_manager is not None:
-                await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk

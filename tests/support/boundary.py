@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from redis import Redis
 
-from .controlled_model import CALLS, CANCELLATIONS, HELD, IN_FLIGHT, PREFIX, script_key
+from .controlled_model import ABORT, CALLS, CANCELLATIONS, HELD, IN_FLIGHT, PREFIX, script_key
 
 
 class ModelBoundary:
@@ -22,7 +22,7 @@ class ModelBoundary:
         self._redis = redis
         for key in self._redis.scan_iter(PREFIX + "script:*"):
             self._redis.delete(key)
-        self._redis.delete(HELD)
+        self._redis.delete(HELD, ABORT)
         self._start = int(self._redis.llen(CALLS))
         self._cancellations_at_start = self.cancellations_total()
 
@@ -61,10 +61,15 @@ class ModelBoundary:
         self._redis.rpush(script_key(task_id), json.dumps(command))
 
     def settle(self, timeout: float = 15.0) -> None:
-        """Release held calls and wait until no model call is still running."""
+        """Release held calls, end scripted ones a test left waiting, and wait until no
+        model call is still running."""
         self.release()
-        deadline = time.monotonic() + timeout
-        while self.in_flight() > 0:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.in_flight()} model calls still in flight")
-            time.sleep(0.01)
+        self._redis.set(ABORT, "1")
+        try:
+            deadline = time.monotonic() + timeout
+            while self.in_flight() > 0:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.in_flight()} model calls still in flight")
+                time.sleep(0.01)
+        finally:
+            self._redis.delete(ABORT)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -23,6 +23,7 @@ from langchain_core.language_models.chat_models import agenerate_from_stream
 from langchain_core.messages import AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from langchain_core.runnables.config import ensure_config
 from pydantic import PrivateAttr
 from redis.asyncio import Redis
 
@@ -33,6 +34,11 @@ CALLS = PREFIX + "calls"
 HELD = PREFIX + "held"
 IN_FLIGHT = PREFIX + "in_flight"
 CANCELLATIONS = PREFIX + "cancellations"
+ABORT = PREFIX + "abort"
+
+
+class AbortedByTestError(RuntimeError):
+    """The test boundary ended a model call that a test left waiting."""
 
 
 def script_key(task_id: str) -> str:
@@ -105,17 +111,16 @@ class ControlledChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         redis = self._redis()
-        metadata = run_manager.metadata if run_manager is not None else {}
-        task_id = str(metadata.get("ahp_task_id", ""))
+        # LangChain streams through _astream without a run manager; the run's config
+        # (with the worker's metadata) is in the context.
+        task_id = str(ensure_config().get("metadata", {}).get("ahp_task_id", ""))
         call = {"task": task_id, "texts": [message.text for message in messages]}
-        await redis.rpush(CALLS, json.dumps(call))
-        await redis.incr(IN_FLIGHT)
+        await self._step(redis, redis.incr(IN_FLIGHT))
         try:
+            await self._step(redis, redis.rpush(CALLS, json.dumps(call)))
             await self._wait_while_held(redis)
             if self.scripted:
                 async for chunk in self._follow_script(redis, task_id):
-                    if run_manager is not None:
-                        await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
                     yield chunk
                 return
             texts = [f"chunk{index} " for index in range(self.load_chunks)] + [self.reply]
@@ -126,16 +131,30 @@ class ControlledChatModel(BaseChatModel):
                         content=text, usage_metadata=self._usage() if last else None
                     )
                 )
-                if run_manager is not None:
-                    await run_manager.on_llm_new_token(text, chunk=chunk)
                 yield chunk
         finally:
-            await asyncio.shield(redis.decr(IN_FLIGHT))
+            await self._step(redis, redis.decr(IN_FLIGHT))
+
+    async def _step(self, redis: Redis, command: Awaitable[Any]) -> None:
+        """Await one command; a model that ignores cancellation ignores it here too."""
+        pending = asyncio.ensure_future(command)
+        while True:
+            try:
+                await asyncio.shield(pending)
+                return
+            except asyncio.CancelledError:
+                await asyncio.shield(redis.incr(CANCELLATIONS))
+                if not self.ignore_cancellation:
+                    pending.cancel()
+                    raise
 
     async def _wait_while_held(self, redis: Redis) -> None:
         while True:
             try:
-                if not await redis.exists(HELD):
+                held, aborted = await redis.mget(HELD, ABORT)
+                if aborted:
+                    raise AbortedByTestError("model call aborted by the test boundary")
+                if not held:
                     return
                 await asyncio.sleep(0.005)
             except asyncio.CancelledError:
@@ -144,18 +163,28 @@ class ControlledChatModel(BaseChatModel):
                     raise
 
     async def _follow_script(self, redis: Redis, task_id: str) -> AsyncIterator[ChatGenerationChunk]:
+        # Commands are read by position, never popped: a read interrupted by a
+        # cancellation cannot lose a command.
         key = script_key(task_id)
+        cursor = 0
+        pending: list[str] = []
         while True:
             try:
-                item = await redis.blpop([key], timeout=1)
+                if not pending:
+                    if await redis.exists(ABORT):
+                        raise AbortedByTestError("model call aborted by the test boundary")
+                    pending = list(await redis.lrange(key, cursor, cursor + 999))
+                    if not pending:
+                        await asyncio.sleep(0.002)
+                        continue
             except asyncio.CancelledError:
                 await asyncio.shield(redis.incr(CANCELLATIONS))
                 if not self.ignore_cancellation:
                     raise
                 continue
-            if item is None:
-                continue
-            command = json.loads(item[1])
+            raw = pending.pop(0)
+            cursor += 1
+            command = json.loads(raw)
             if command["op"] == "delta":
                 yield ChatGenerationChunk(message=AIMessageChunk(content=command["text"]))
             elif command["op"] == "complete":
