@@ -77,7 +77,9 @@ def support_report(profile: AgentProfile) -> SupportReport:
                 profile.retention, ContextRetentionDisposition.EPHEMERAL, "context retention"
             ),
             Capability.USER_HISTORY_VISIBILITY: _declared_support(
-                profile.history_visibility, UserHistoryVisibility.HIDDEN, "user-history visibility"
+                profile.history_visibility,
+                UserHistoryVisibility.HIDDEN,
+                "user-history visibility",
             ),
         }
     )
@@ -95,9 +97,14 @@ def validate_session(profile: AgentProfile, spec: SessionSpec) -> CompatibilityR
                 + (f" ({profile.model_id!r})" if profile.model_id else " (none declared)"),
             )
         )
-    if requirements.approval not in {ApprovalRequirement.PROVIDER_DEFAULT, ApprovalRequirement.DENY_ALL}:
+    if requirements.approval not in {
+        ApprovalRequirement.PROVIDER_DEFAULT,
+        ApprovalRequirement.DENY_ALL,
+    }:
         issues.append(
-            CompatibilityIssue("requirements.approval", "this graph cannot route approval decisions")
+            CompatibilityIssue(
+                "requirements.approval", "this graph cannot route approval decisions"
+            )
         )
     if requirements.questions is not QuestionRequirement.NOT_REQUIRED:
         issues.append(
@@ -106,7 +113,8 @@ def validate_session(profile: AgentProfile, spec: SessionSpec) -> CompatibilityR
     if requirements.persistence is not None:
         issues.append(
             CompatibilityIssue(
-                "requirements.persistence", "persistent sessions are not offered by this harness yet"
+                "requirements.persistence",
+                "persistent sessions are not offered by this harness yet",
             )
         )
     if requirements.workspace is not None:
@@ -129,28 +137,22 @@ def validate_session(profile: AgentProfile, spec: SessionSpec) -> CompatibilityR
                 f"cannot enforce provider execution constraint: {', '.join(dimensions)}",
             )
         )
-    if requirements.retention is ContextRetentionRequirement.EPHEMERAL:
-        if profile.retention is not ContextRetentionDisposition.EPHEMERAL:
-            issues.append(
-                _declared_issue("requirements.retention", profile.retention, requirements.retention)
-            )
-    elif requirements.retention is not ContextRetentionRequirement.PROVIDER_DEFAULT:
+    if (
+        requirements.retention is ContextRetentionRequirement.EPHEMERAL
+        and profile.retention is not ContextRetentionDisposition.EPHEMERAL
+    ):
         issues.append(
-            CompatibilityIssue("requirements.retention", "unsupported context-retention requirement")
+            _declared_issue("requirements.retention", profile.retention, requirements.retention)
         )
-    if requirements.history_visibility is UserHistoryVisibilityRequirement.HIDDEN:
-        if profile.history_visibility is not UserHistoryVisibility.HIDDEN:
-            issues.append(
-                _declared_issue(
-                    "requirements.history_visibility",
-                    profile.history_visibility,
-                    requirements.history_visibility,
-                )
-            )
-    elif requirements.history_visibility is not UserHistoryVisibilityRequirement.PROVIDER_DEFAULT:
+    if (
+        requirements.history_visibility is UserHistoryVisibilityRequirement.HIDDEN
+        and profile.history_visibility is not UserHistoryVisibility.HIDDEN
+    ):
         issues.append(
-            CompatibilityIssue(
-                "requirements.history_visibility", "unsupported user-history visibility requirement"
+            _declared_issue(
+                "requirements.history_visibility",
+                profile.history_visibility,
+                requirements.history_visibility,
             )
         )
     return CompatibilityReport(issues)

@@ -52,7 +52,9 @@ class RemoteTaskError(CeleryHarnessError):
         self.type_name = type_name
         self.module = module
         self.remote_message = message
-        super().__init__(f"{module}.{type_name}: {message}" if module else f"{type_name}: {message}")
+        super().__init__(
+            f"{module}.{type_name}: {message}" if module else f"{type_name}: {message}"
+        )
 
 
 class SessionBusyError(CeleryHarnessError):

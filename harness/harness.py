@@ -8,8 +8,8 @@ from uuid import uuid4
 
 from agent_harness_protocol import (
     AgentHarness,
-    AgentUsage,
     AgentSession,
+    AgentUsage,
     CleanupBudget,
     CompatibilityReport,
     ProviderId,

@@ -65,8 +65,8 @@ class CallerRuntime:
         task.add_done_callback(_observe)
         return task
 
-    async def delete_thread(self, thread_id: str, timeout: float) -> None:
-        """Ask any worker to delete a checkpoint thread; wait at most ``timeout`` seconds.
+    async def delete_thread(self, thread_id: str, within: float) -> None:
+        """Ask any worker to delete a checkpoint thread; wait at most ``within`` seconds.
 
         The request is durable: if no worker answers in time it still runs later.
         Raises ``TimeoutError`` or ``RuntimeError`` (the worker's report).
@@ -77,8 +77,8 @@ class CallerRuntime:
             self.keys.maintenance_queue(),
             dumps({"id": request_id, "op": "delete_thread", "thread_id": thread_id}),
         )
-        async with asyncio.timeout(timeout):
-            item = await self.redis.blpop([reply_key], timeout=max(timeout, 0.01))
+        async with asyncio.timeout(within):
+            item = await self.redis.blpop([reply_key], timeout=max(within, 0.01))
         if item is None:
             raise TimeoutError("no worker deleted the checkpoint thread within the budget")
         reply = loads(item[1])

@@ -144,9 +144,7 @@ class CelerySession(AgentSession):
                     UnresolvedReason.CLEANUP_BOUND_EXCEEDED,
                     "cleanup ended before the worker confirmed that the graph run stopped",
                 )
-            remaining = max(
-                0.0, budget.cleanup_total.total_seconds() - (loop.time() - started)
-            )
+            remaining = max(0.0, budget.cleanup_total.total_seconds() - (loop.time() - started))
             try:
                 await self.runtime.delete_thread(
                     self.runtime.keys.thread_id(self._id.value), remaining

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agent_harness_protocol import (
     AgentTask,
@@ -118,9 +118,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         if self._outcome.done() or self._cancel_sent:
             return
         self._cancel_sent = True
-        result, payload = await self._runtime.store.cancel(
-            self._session.id.value, self._id.value
-        )
+        result, payload = await self._runtime.store.cancel(self._session.id.value, self._id.value)
         if result is CancelResult.SETTLED:
             self._finish(outcome_from_json(loads(payload), remote_cause))
         if result in {CancelResult.SETTLED, CancelResult.REQUESTED}:
@@ -137,12 +135,13 @@ class CeleryTask(AgentTask, TaskDiagnostics):
     def settled(self) -> bool:
         return self._outcome.done()
 
-    async def stop(self, timeout: float, reason: UnresolvedReason, known: str) -> None:
-        """Request cancellation and wait at most ``timeout``; then settle ``Unresolved``."""
+    async def stop(self, within: float, reason: UnresolvedReason, known: str) -> None:
+        """Request cancellation and wait at most ``within`` seconds; then settle
+        ``Unresolved``."""
         if self._outcome.done():
             return
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(within):
                 await self.request_cancellation()
                 await asyncio.shield(self._outcome)
         except TimeoutError:
@@ -155,7 +154,9 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             return
         outcome = Unresolved(self._id, reason, known)
         result, payload = await self._runtime.store.settle(
-            self._session.id.value, self._id.value, TaskState.UNRESOLVED.value,
+            self._session.id.value,
+            self._id.value,
+            TaskState.UNRESOLVED.value,
             outcome_to_json(outcome),
         )
         if result in {SettleResult.SETTLED, SettleResult.TERMINAL}:
@@ -185,7 +186,8 @@ class CeleryTask(AgentTask, TaskDiagnostics):
                 log.warning("event stream of task %s: connection lost, resuming", self._id)
                 await asyncio.sleep(0.2)
                 continue
-            for _, entries in reply or ():
+            streams = cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply or [])
+            for _, entries in streams:
                 for entry_id, fields in entries:
                     last = entry_id
                     self._apply(fields)

@@ -71,6 +71,7 @@ from .support.profiles import MODEL_ID
 OK = CompatibilityStatus.COMPATIBLE
 NO = CompatibilityStatus.INCOMPATIBLE
 UNSURE = CompatibilityStatus.UNCONFIRMED
+NO_TASK_REQUIREMENTS = TaskRequirements()
 
 
 class _Bound:
@@ -157,7 +158,7 @@ def _case(
     spec: SessionSpec,
     capability: Capability | None = None,
     task: CompatibilityStatus = OK,
-    requirements: TaskRequirements = TaskRequirements(),
+    requirements: TaskRequirements = NO_TASK_REQUIREMENTS,
 ) -> RequirementCase:
     return RequirementCase(
         case_id,
@@ -182,7 +183,11 @@ def _common_cases() -> list[RequirementCase]:
             _spec(SessionRequirements(diagnostics=DiagnosticsRequirement.REQUIRED)),
             Capability.DIAGNOSTICS,
         ),
-        _case("deny-all-approval", OK, _spec(SessionRequirements(approval=ApprovalRequirement.DENY_ALL))),
+        _case(
+            "deny-all-approval",
+            OK,
+            _spec(SessionRequirements(approval=ApprovalRequirement.DENY_ALL)),
+        ),
         _case(
             "caller-approval",
             NO,

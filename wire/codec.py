@@ -177,9 +177,7 @@ def outcome_from_json(data: Any, cause_factory: Any = None) -> TaskOutcome:
         session_usage = None if raw_session is None else usage_from_json(raw_session)
         kind = data["type"]
         if kind == "completed":
-            return Completed(
-                task_id, StopReason(data["stop_reason"]), output, usage, session_usage
-            )
+            return Completed(task_id, StopReason(data["stop_reason"]), output, usage, session_usage)
         if kind == "failed":
             cause = None
             raw_cause = data.get("cause")

@@ -1,8 +1,8 @@
 """Errors of the wire contract.
 
-    WireError (ValueError)
-    ├── DecodeError          a stored record or event is not in the expected encoding
-    └── ProfileError         a profile registry or profile name cannot be resolved
+WireError (ValueError)
+├── DecodeError          a stored record or event is not in the expected encoding
+└── ProfileError         a profile registry or profile name cannot be resolved
 """
 
 

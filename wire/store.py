@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -79,8 +79,9 @@ class RecordStore:
         self._holds: AsyncScript = redis.register_script(scripts.HOLDS)
 
     # -- sessions ---------------------------------------------------------------------
-    async def create_session(self, session_id: str, fields: dict[str, str]) -> None:
-        await self.redis.hset(self.keys.session(session_id), mapping=fields)
+    async def create_session(self, session_id: str, fields: Mapping[str, str]) -> None:
+        mapping: dict[Any, Any] = dict(fields)
+        await self.redis.hset(self.keys.session(session_id), mapping=mapping)
 
     async def session_record(self, session_id: str) -> dict[str, str]:
         raw = await self.redis.hgetall(self.keys.session(session_id))
@@ -187,14 +188,20 @@ class RecordStore:
         values = [_text(item) for item in reply]
         return CancelResult(values[0]), values[1] if len(values) > 1 else ""
 
-    async def renew(self, session_id: str, task_id: str, lease: str, lease_ms: int) -> tuple[bool, bool]:
+    async def renew(
+        self, session_id: str, task_id: str, lease: str, lease_ms: int
+    ) -> tuple[bool, bool]:
         """Extend the lease; returns (still held, cancellation requested)."""
         keys = [self.keys.lease(session_id), self.keys.task(task_id)]
         held, cancel = await self._renew(keys=keys, args=[lease, lease_ms])
         return bool(int(held)), _text(cancel) == "1"
 
     async def release(self, session_id: str, task_id: str, lease: str) -> None:
-        keys = [self.keys.lease(session_id), self.keys.session(session_id), self.keys.task(task_id)]
+        keys = [
+            self.keys.lease(session_id),
+            self.keys.session(session_id),
+            self.keys.task(task_id),
+        ]
         await self._release(keys=keys, args=[lease, task_id])
 
     async def holds(self, session_id: str, lease: str) -> bool:

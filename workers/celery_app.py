@@ -22,15 +22,15 @@ from .errors import RuntimeStoppedError
 from .runtime import WorkerRuntime
 
 
-def create_app(
-    settings: Settings, profiles: Mapping[str, AgentProfile] | None = None
-) -> Celery:
+def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None = None) -> Celery:
     app = Celery("ahp_workers", set_as_current=False)
     app.conf.update(celery_config(settings))
     runtime = WorkerRuntime(settings, profiles)
-    app.ahp_runtime = runtime  # type: ignore[attr-defined]
+    app.ahp_runtime = runtime
 
-    @app.task(name=RUN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+    @app.task(  # type: ignore[untyped-decorator]
+        name=RUN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True
+    )
     def run_task(self: Any, namespace: str, task_id: str) -> None:
         if namespace != settings.namespace:
             raise ValueError(

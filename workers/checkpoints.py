@@ -55,9 +55,10 @@ class FencedRedisSaver(AsyncRedisSaver):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
+        stream_mode: str = "values",
     ) -> RunnableConfig:
         await self._leases.require(config)
-        return await super().aput(config, checkpoint, metadata, new_versions)
+        return await super().aput(config, checkpoint, metadata, new_versions, stream_mode)
 
     async def aput_writes(
         self,

@@ -1,11 +1,11 @@
 """Errors raised on the worker side.
 
-    WorkerError (RuntimeError)
-    ├── StaleLeaseError        this run no longer holds its session lease; it must not write
-    ├── ModelCallCancelledError the cancellation delivered to a model call ended it
-    ├── RuntimeStoppedError    the process's loop stopped while a run was in progress
-    ├── ProfileMismatchError   the caller's profile declaration differs from this worker's
-    └── ModelBuildError        the profile's chat model could not be built
+WorkerError (RuntimeError)
+├── StaleLeaseError        this run no longer holds its session lease; it must not write
+├── ModelCallCancelledError the cancellation delivered to a model call ended it
+├── RuntimeStoppedError    the process's loop stopped while a run was in progress
+├── ProfileMismatchError   the caller's profile declaration differs from this worker's
+└── ModelBuildError        the profile's chat model could not be built
 """
 
 

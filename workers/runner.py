@@ -75,7 +75,7 @@ class TaskRunner:
         leases: LeaseRegistry,
         runs: dict[str, LiveRun],
         token: str,
-        delete_thread: "ThreadDeleter",
+        delete_thread: ThreadDeleter,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -122,7 +122,9 @@ class TaskRunner:
             outcome = await self._outcome(live, session_id, record, sink)
             await sink.drain()
             if outcome is None or sink.lease_lost or live.lease_lost.is_set():
-                log.warning("task %s lost its lease; its outcome is left to the new holder", task_id)
+                log.warning(
+                    "task %s lost its lease; its outcome is left to the new holder", task_id
+                )
                 return
             await self._settle(session_id, outcome, lease, run_ended=True)
         except _OutlivedBudget as outlived:
@@ -211,7 +213,9 @@ class TaskRunner:
         if live.lease_lost.is_set():
             return None
         if execution.done():
-            return _settled_result(task, execution, profile, self._graphs.calls.started(live.task_id))
+            return _settled_result(
+                task, execution, profile, self._graphs.calls.started(live.task_id)
+            )
         raise _OutlivedBudget(
             Unresolved(
                 task,
@@ -291,14 +295,15 @@ def _settled_result(
     profile: AgentProfile,
     model_started: bool,
 ) -> TaskOutcome | None:
-    cancelled = execution.cancelled() or isinstance(
-        execution.exception(), ModelCallCancelledError
-    )
+    cancelled = execution.cancelled() or isinstance(execution.exception(), ModelCallCancelledError)
     if cancelled:
         if not model_started:
             # No native work had started: nothing can still be running.
             return Cancelled(task, usage=AgentUsage.ZERO)
-        if profile.cancellation is CancellationSemantics.COROUTINE_TERMINATION_CONFIRMS_WORK_STOPPED:
+        if (
+            profile.cancellation
+            is CancellationSemantics.COROUTINE_TERMINATION_CONFIRMS_WORK_STOPPED
+        ):
             return Cancelled(task)
         return Unresolved(
             task,

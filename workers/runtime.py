@@ -79,10 +79,10 @@ class _LoopState:
         self.redis = Redis(connection_pool=_pool(settings.redis_url, settings, decode=True))
         self.store = RecordStore(self.redis, self.keys)
         self.leases = LeaseRegistry(self.store)
-        checkpoint_redis = Redis(
+        self.checkpoint_redis = Redis(
             connection_pool=_pool(settings.effective_checkpoint_url, settings, decode=False)
         )
-        self.saver = FencedRedisSaver(redis_client=checkpoint_redis, leases=self.leases)
+        self.saver = FencedRedisSaver(redis_client=self.checkpoint_redis, leases=self.leases)
         self.runs: dict[str, LiveRun] = {}
         self.token = uuid4().hex
         self.deleter = _Deleter(self.saver)
@@ -109,8 +109,9 @@ class _LoopState:
         for task in self.background:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await self.redis.aclose()
-        await self.saver.aclose()
+        for client in (self.redis, self.checkpoint_redis):
+            await client.aclose()
+            await client.connection_pool.disconnect()
 
     async def _listen_for_cancellations(self) -> None:
         """Deliver cancellation requests to this process's runs the moment they are made."""

@@ -21,7 +21,7 @@ from agent_harness_protocol import (
 )
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 
-from wire.codec import SEMANTIC, DIAGNOSTIC, diagnostic_to_entry, event_to_entry
+from wire.codec import DIAGNOSTIC, SEMANTIC, diagnostic_to_entry, event_to_entry
 from wire.provider import PROVIDER
 
 from .event_sink import EventSink

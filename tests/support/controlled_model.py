@@ -162,7 +162,9 @@ class ControlledChatModel(BaseChatModel):
                 if not self.ignore_cancellation:
                     raise
 
-    async def _follow_script(self, redis: Redis, task_id: str) -> AsyncIterator[ChatGenerationChunk]:
+    async def _follow_script(
+        self, redis: Redis, task_id: str
+    ) -> AsyncIterator[ChatGenerationChunk]:
         # Commands are read by position, never popped: a read interrupted by a
         # cancellation cannot lose a command.
         key = script_key(task_id)

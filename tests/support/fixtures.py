@@ -66,7 +66,7 @@ class ScriptControl:
 
     async def report_running(self) -> None:
         async with asyncio.timeout(30):
-            while not self._boundary.calls_for(self._task_id):
+            while not self._boundary.calls_for(self._task_id):  # noqa: ASYNC110 (polls Redis)
                 await asyncio.sleep(0.005)
 
     async def report_message_delta(
