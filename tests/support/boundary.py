@@ -8,7 +8,16 @@ from collections.abc import Sequence
 
 from redis import Redis
 
-from .controlled_model import ABORT, CALLS, CANCELLATIONS, HELD, IN_FLIGHT, PREFIX, script_key
+from .controlled_model import (
+    ABORT,
+    CALLS,
+    CANCELLATIONS,
+    HELD,
+    IN_FLIGHT,
+    OVERLAPS,
+    PREFIX,
+    script_key,
+)
 
 
 class ModelBoundary:
@@ -25,6 +34,7 @@ class ModelBoundary:
         self._redis.delete(HELD, ABORT)
         self._start = int(self._redis.llen(CALLS))
         self._cancellations_at_start = self.cancellations_total()
+        self._overlaps_at_start = int(self._redis.get(OVERLAPS) or 0)
 
     def calls(self) -> list[dict[str, object]]:
         raw = self._redis.lrange(CALLS, self._start, -1)
@@ -56,6 +66,11 @@ class ModelBoundary:
     @property
     def cancellations(self) -> int:
         return self.cancellations_total() - self._cancellations_at_start
+
+    @property
+    def overlaps(self) -> int:
+        """Model calls that began while another call of the same session was running."""
+        return int(self._redis.get(OVERLAPS) or 0) - self._overlaps_at_start
 
     def script(self, task_id: str, command: dict[str, object]) -> None:
         self._redis.rpush(script_key(task_id), json.dumps(command))

@@ -35,6 +35,11 @@ HELD = PREFIX + "held"
 IN_FLIGHT = PREFIX + "in_flight"
 CANCELLATIONS = PREFIX + "cancellations"
 ABORT = PREFIX + "abort"
+OVERLAPS = PREFIX + "overlaps"
+
+
+def running_key(session_id: str) -> str:
+    return f"{PREFIX}running:{session_id}"
 
 
 class AbortedByTestError(RuntimeError):
@@ -113,9 +118,14 @@ class ControlledChatModel(BaseChatModel):
         redis = self._redis()
         # LangChain streams through _astream without a run manager; the run's config
         # (with the worker's metadata) is in the context.
-        task_id = str(ensure_config().get("metadata", {}).get("ahp_task_id", ""))
+        metadata = ensure_config().get("metadata", {})
+        task_id = str(metadata.get("ahp_task_id", ""))
+        running = running_key(str(metadata.get("ahp_session_id", "")))
         call = {"task": task_id, "texts": [message.text for message in messages]}
         await self._step(redis, redis.incr(IN_FLIGHT))
+        # Two model calls of one session at once would mean two graph runs on one thread.
+        if await redis.incr(running) > 1:
+            await redis.incr(OVERLAPS)
         try:
             await self._step(redis, redis.rpush(CALLS, json.dumps(call)))
             await self._wait_while_held(redis)
@@ -133,6 +143,7 @@ class ControlledChatModel(BaseChatModel):
                 )
                 yield chunk
         finally:
+            await self._step(redis, redis.decr(running))
             await self._step(redis, redis.decr(IN_FLIGHT))
 
     async def _step(self, redis: Redis, command: Awaitable[Any]) -> None:
