@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+
 import pytest
 import redis
 from agent_harness_protocol import (
@@ -26,16 +27,11 @@ from wire.settings import Settings
 from wire.store import RecordStore
 
 from .support.boundary import ModelBoundary
+from .support.waiting import wait_for
 
 
 def _request(text: str) -> TaskRequest:
     return TaskRequest(TextInput(text))
-
-
-async def _wait_for(condition: object, timeout: float = 30.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():  # type: ignore[operator]  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
 
 
 def _terminal_entries(sync_redis: redis.Redis, keys: Keys, task_id: str) -> list[str]:
@@ -78,7 +74,7 @@ async def test_duplicate_delivery_of_a_running_task_never_starts_a_second_run(
         session = await harness.create_session(SessionSpec())
         boundary.hold()
         task = await session.start_task(_request("duplicate-delivery"))
-        await _wait_for(lambda: boundary.calls_for(task.id.value))
+        await wait_for(lambda: boundary.calls_for(task.id.value))
         runtime = harness._open()
         await runtime.publisher.publish(task.id.value)  # the same message, delivered again
         await asyncio.sleep(1.0)
@@ -96,13 +92,13 @@ async def test_worker_whose_lease_was_taken_over_cannot_write_event_checkpoint_o
         session = await harness.create_session(SessionSpec())
         boundary.hold()
         task = await session.start_task(_request("fenced-write"))
-        await _wait_for(lambda: boundary.calls_for(task.id.value))
+        await wait_for(lambda: boundary.calls_for(task.id.value))
         # Another holder takes the session over with a higher fence.
         fence = sync_redis.incr(keys.fence(session.id.value))
         intruder = f"{fence}:intruder"
         sync_redis.set(keys.lease(session.id.value), intruder, px=60_000)
         boundary.release()
-        await _wait_for(lambda: boundary.in_flight() == 0)
+        await wait_for(lambda: boundary.in_flight() == 0)
         await asyncio.sleep(1.5)  # ample time for the stale run to attempt every write
         assert _terminal_entries(sync_redis, keys, task.id.value) == ["started"]
         record = sync_redis.hgetall(keys.task(task.id.value))
@@ -152,7 +148,7 @@ async def test_task_cancelled_while_queued_never_reaches_the_model(
         # Now a worker gets the message (moved onto the queue the test worker consumes):
         # it must drop it without running it.
         sync_redis.lmove(idle_queue_settings.queue, settings.queue, "RIGHT", "LEFT")
-        await _wait_for(lambda: sync_redis.llen(settings.queue) == 0)
+        await wait_for(lambda: sync_redis.llen(settings.queue) == 0)
         await asyncio.sleep(0.5)
         assert not boundary.calls_for(task.id.value)
         assert all("cancelled-while-queued" not in text for text in boundary.observed_text_values)
@@ -174,7 +170,7 @@ async def test_every_task_has_exactly_one_terminal_event_and_it_is_last(
                 if step == 1:
                     await task.request_cancellation()
                 if step == 3:
-                    await _wait_for(lambda: task.state is not TaskState.STARTING)
+                    await wait_for(lambda task=task: task.state is not TaskState.STARTING)
                     await task.request_cancellation()
                 await task.await_outcome()
                 tasks.append(task)
