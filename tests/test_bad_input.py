@@ -1,0 +1,160 @@
+"""Bad input gets the protocol's typed errors and changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+import redis
+from agent_harness_protocol import (
+    ApprovalDecision,
+    ApprovalRequirement,
+    ApprovalResponse,
+    Completed,
+    IncompatibleRequirementError,
+    InteractionId,
+    PersistenceRequirement,
+    RequirementUnconfirmedError,
+    SessionBlockedError,
+    SessionId,
+    SessionRequirements,
+    SessionSpec,
+    TaskId,
+    TaskInput,
+    TaskRequest,
+    TextInput,
+    UserHistoryVisibilityRequirement,
+    WorkspaceRequirement,
+)
+
+from harness import CeleryHarness
+from harness.admission import MAX_INPUT_CHARACTERS
+from wire.errors import ProfileError
+from wire.keys import Keys, require_valid_id
+from wire.settings import Settings
+
+from .support.boundary import ModelBoundary
+
+
+def _namespace_keys(sync_redis: redis.Redis, settings: Settings) -> set[str]:
+    return {str(key) for key in sync_redis.scan_iter(f"{settings.namespace}:*", count=1000)}
+
+
+@pytest.mark.parametrize("value", ["", " ", "\t", "a b", "../etc", "x:y", "é", "x" * 129])
+def test_hostile_or_blank_ids_never_become_keys(value: str) -> None:
+    with pytest.raises(ValueError, match="invalid"):
+        require_valid_id("session", value)
+    with pytest.raises(ValueError, match="invalid namespace"):
+        Keys(value)
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_protocol_ids_reject_blank_values(blank: str) -> None:
+    with pytest.raises(ValueError, match="must not be blank"):
+        SessionId(blank)
+    with pytest.raises(ValueError, match="must not be blank"):
+        TaskId(blank)
+
+
+def test_unknown_profile_is_a_typed_error_naming_the_known_ones(settings: Settings) -> None:
+    with pytest.raises(ProfileError, match=r"known profiles: .*confirmed"):
+        CeleryHarness(settings, profile="no-such-profile")
+
+
+async def test_every_unkeepable_requirement_is_listed_and_nothing_is_written(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    spec = SessionSpec(
+        model="another-model",
+        requirements=SessionRequirements(
+            approval=ApprovalRequirement.CALLER_DECIDES,
+            persistence=PersistenceRequirement(),
+            workspace=WorkspaceRequirement(working_directory="."),
+        ),
+    )
+    async with CeleryHarness(settings, profile="confirmed") as harness:
+        before = _namespace_keys(sync_redis, settings)
+        with pytest.raises(IncompatibleRequirementError) as caught:
+            await harness.create_session(spec)
+        paths = {issue.path for issue in caught.value.issues}
+        assert paths == {
+            "model",
+            "requirements.approval",
+            "requirements.persistence",
+            "requirements.workspace",
+        }
+        assert harness.validate(spec).issues == caught.value.issues
+        assert _namespace_keys(sync_redis, settings) == before
+        assert boundary.calls() == []
+
+
+async def test_undeclared_disposition_is_unconfirmed_not_assumed(settings: Settings) -> None:
+    spec = SessionSpec(
+        requirements=SessionRequirements(history_visibility=UserHistoryVisibilityRequirement.HIDDEN)
+    )
+    async with CeleryHarness(settings, profile="undeclared") as harness:
+        with pytest.raises(RequirementUnconfirmedError):
+            await harness.create_session(spec)
+
+
+@dataclass(frozen=True, slots=True)
+class _ImageInput(TaskInput):
+    url: str
+
+
+async def test_oversized_or_non_text_input_is_rejected_and_the_session_stays_usable(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    async with CeleryHarness(settings, profile="confirmed") as harness:
+        session = await harness.create_session(SessionSpec())
+        huge = TaskRequest(TextInput("x" * (MAX_INPUT_CHARACTERS + 1)))
+        with pytest.raises(IncompatibleRequirementError, match="exceeds the limit"):
+            await session.start_task(huge)
+        with pytest.raises(IncompatibleRequirementError, match="TextInput"):
+            await session.start_task(TaskRequest(_ImageInput("file:///x.png")))
+        assert boundary.calls() == []
+        task = await session.start_task(TaskRequest(TextInput("still usable")))
+        assert isinstance(await task.await_outcome(), Completed)
+
+
+async def test_a_session_whose_record_is_gone_refuses_to_start(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    async with CeleryHarness(settings, profile="confirmed") as harness:
+        session = await harness.create_session(SessionSpec())
+        sync_redis.delete(Keys(settings.namespace).session(session.id.value))
+        with pytest.raises(SessionBlockedError, match="unknown"):
+            await session.start_task(TaskRequest(TextInput("no record")))
+        assert not sync_redis.exists(Keys(settings.namespace).session(session.id.value))
+        assert boundary.calls() == []
+
+
+async def test_responding_to_an_unknown_interaction_is_a_value_error(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    async with CeleryHarness(settings, profile="confirmed") as harness:
+        session = await harness.create_session(SessionSpec())
+        task = await session.start_task(TaskRequest(TextInput("no interactions")))
+        with pytest.raises(ValueError, match="no pending interaction"):
+            await task.respond(
+                InteractionId("made-up"), ApprovalResponse(ApprovalDecision.APPROVE_ONCE)
+            )
+        assert isinstance(await task.await_outcome(), Completed)
+
+
+async def test_worker_drops_messages_for_unknown_or_hostile_task_ids(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    async with CeleryHarness(settings, profile="confirmed") as harness:
+        runtime = harness._open()
+        before = _namespace_keys(sync_redis, settings)
+        for task_id in ("0123456789abcdef0123456789abcdef", "../../evil key"):
+            await runtime.publisher.publish(task_id)
+        # The worker consumes both and writes nothing; a real task still runs after them.
+        session = await harness.create_session(SessionSpec())
+        task = await session.start_task(TaskRequest(TextInput("after bad messages")))
+        assert isinstance(await asyncio.wait_for(task.await_outcome(), 30), Completed)
+        created = _namespace_keys(sync_redis, settings) - before
+        assert all(session.id.value in key or task.id.value in key for key in created), created
+        assert len(boundary.calls()) == 1
