@@ -1,0 +1,1150 @@
+#!/usr/bin/env python
+"""Latency and throughput of the Celery AHP harness, side by side with two baselines.
+
+    python bench/latency_throughput.py [--quick] [--redis-url URL] [--worker-counts 1,2]
+
+Systems compared, all in ONE run against one Redis (an embedded Redis 8 with search+JSON
+unless ``--redis-url`` is given):
+
+* ours       -- ``harness.CeleryHarness`` (caller in this process) with a pool of separate
+                ``celery -A workers.main worker`` OS processes, prefork ``-c 1`` each;
+* reference  -- ``agent_harness_protocol_langgraph.LangGraphHarness`` in this process, on
+                an ``AsyncRedisSaver`` against the same Redis (ours runs a fenced subclass
+                of that saver in its workers);
+* no-op      -- a raw Celery round trip: ``bench.noop_app`` (same Celery configuration as
+                ours) whose task pushes a token onto a Redis list the caller BLPOPs.
+
+Both harnesses run the same deterministic in-process chat model
+(``workers.scripted_model:ScriptedChatModel``, profile ``scripted``).
+
+Scenarios:
+ (a) fresh-session latency: create a session + one task to its outcome (release untimed);
+     samples of the three systems are interleaved (rotating order).
+ (b) the 1st vs the 200th task of ONE session (median over a window of tasks).
+ (c) throughput: S concurrent sessions x T sequential tasks, ours with 1 and 2 worker
+     processes, the reference in one event loop, raw no-op with the same worker counts.
+
+Every scenario uses a fresh namespace/queue and its own worker processes. Every outcome
+is counted by type (and Completed outputs are checked for the scripted reply and for the
+session context), so a fast-but-failing run cannot look good. Nothing here asserts
+timings; the "targets" block only reports.
+
+CPU is accounted per measured window (Linux /proc): the CPU of this run's processes (this
+process, the workers with their pool children, the embedded Redis) and, separately, the
+CPU everything else on the machine used meanwhile, so interference from other load is
+visible next to the numbers it distorts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import celery  # noqa: E402
+import redis.asyncio as aioredis  # noqa: E402
+from agent_harness_protocol import (  # noqa: E402
+    AgentHarness,
+    AgentSession,
+    Completed,
+    ContextRetentionDisposition,
+    SessionSpec,
+    TaskRequest,
+    TextInput,
+    TextOutput,
+    UserHistoryVisibility,
+)
+from agent_harness_protocol_langgraph import (  # noqa: E402
+    CancellationSemantics as ReferenceCancellation,
+)
+from agent_harness_protocol_langgraph import LangGraphHarness  # noqa: E402
+from celery import Celery  # noqa: E402
+from langgraph.checkpoint.redis.aio import AsyncRedisSaver  # noqa: E402
+
+from bench import noop_app  # noqa: E402
+from harness import CeleryHarness, Settings  # noqa: E402
+from harness.embedded_redis import EmbeddedRedis  # noqa: E402
+from wire.default_profiles import SCRIPTED  # noqa: E402
+from workers.scripted_model import ScriptedChatModel  # noqa: E402
+
+TASK_TIMEOUT = 60.0
+WORKER_READY_TIMEOUT = 120.0
+SPEC = SessionSpec(instructions="You are a benchmark assistant.", model=SCRIPTED.model_id)
+REPLY_PREFIX = "[scripted model]"
+
+
+@dataclass(frozen=True)
+class Plan:
+    mode: str
+    latency_samples: int  # (a) per system
+    latency_warmup: int
+    turns: int  # (b)
+    window: int  # (b) moving-median window
+    sessions: int  # (c)
+    tasks_per_session: int  # (c)
+    worker_counts: tuple[int, ...] = (1, 2)
+
+
+FULL = Plan(
+    "full",
+    latency_samples=50,
+    latency_warmup=5,
+    turns=200,
+    window=10,
+    sessions=50,
+    tasks_per_session=20,
+)
+QUICK = Plan(
+    "quick",
+    latency_samples=20,
+    latency_warmup=3,
+    turns=50,
+    window=10,
+    sessions=10,
+    tasks_per_session=20,
+)
+
+
+# -- outcome accounting -----------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """Every task's fate, by type; only checked ``Completed`` counts as ``ok``."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    cleanup_errors: int = 0
+    first_problem: str = ""
+
+    def outcome(self, outcome: Any, expect: str | None) -> None:
+        kind = type(outcome).__name__
+        if isinstance(outcome, Completed):
+            output = outcome.output
+            text = output.text if isinstance(output, TextOutput) else ""
+            if not text.startswith(REPLY_PREFIX):
+                kind = "Completed(unexpected output)"
+            elif expect is not None and expect not in text:
+                kind = "Completed(context lost)"
+            else:
+                kind = "ok"
+        if kind != "ok" and not self.first_problem:
+            self.first_problem = f"{kind}: {outcome!r}"[:400]
+        self.counts[kind] += 1
+
+    def error(self, error: BaseException) -> None:
+        kind = f"error:{type(error).__name__}"
+        if not self.first_problem:
+            self.first_problem = f"{kind}: {error}"[:400]
+        self.counts[kind] += 1
+
+    def noop(self, ok: bool) -> None:
+        self.counts["ok" if ok else "no reply"] += 1
+        if not ok and not self.first_problem:
+            self.first_problem = "no-op: no reply within the timeout"
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def ok(self) -> int:
+        return self.counts.get("ok", 0)
+
+    @property
+    def clean(self) -> bool:
+        return self.total > 0 and self.ok == self.total
+
+    def describe(self) -> str:
+        parts = [f"{kind}={count}" for kind, count in sorted(self.counts.items())]
+        text = f"{self.ok}/{self.total} ok ({', '.join(parts) or 'nothing ran'})"
+        if self.cleanup_errors:
+            text += f", release errors={self.cleanup_errors}"
+        return text
+
+
+def expected_context(turn: int) -> str:
+    """What the scripted reply of the ``turn``-th task of a session must quote."""
+    return "nothing yet" if turn == 1 else repr(prompt(1))
+
+
+def prompt(turn: int) -> str:
+    return f"question {turn}"
+
+
+# -- statistics -------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    if len(ordered) == 1:
+        return ordered[0]
+    position = (len(ordered) - 1) * q
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def ms(value: float) -> str:
+    return f"{value * 1000:8.2f}"
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else float("nan")
+
+
+# -- worker processes -------------------------------------------------------------------
+
+
+class WorkerPool:
+    """``count`` separate ``celery worker`` OS processes (prefork ``-c concurrency``).
+
+    Each is started in its own session (process group = its pid), so its prefork
+    children can be ended with it by that id.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        app_module: str,
+        env: dict[str, str],
+        queue: str,
+        redis_url: str,
+        count: int,
+        log_dir: Path,
+        concurrency: int = 1,
+    ) -> None:
+        self.name = name
+        self.app_module = app_module
+        self.env = env
+        self.queue = queue
+        self.redis_url = redis_url
+        self.count = count
+        self.concurrency = concurrency
+        self.log_dir = log_dir
+        self.nodes = [f"{name}-{index}@bench" for index in range(count)]
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("AHP_")}
+        env.update(self.env)
+        env["PYTHONPATH"] = os.pathsep.join(
+            part for part in (str(ROOT), os.environ.get("PYTHONPATH", "")) if part
+        )
+        for node in self.nodes:
+            log = (self.log_dir / f"{node.split('@')[0]}.log").open("wb")
+            command = [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                self.app_module,
+                "worker",
+                "-P",
+                "prefork",
+                "-c",
+                str(self.concurrency),
+                "-Q",
+                self.queue,
+                "-n",
+                node,
+                "--loglevel",
+                "warning",
+            ]
+            self.processes.append(
+                subprocess.Popen(
+                    command,
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
+            log.close()
+
+    @property
+    def pids(self) -> list[int]:
+        return [process.pid for process in self.processes if process.poll() is None]
+
+    def check_alive(self) -> None:
+        for node, process in zip(self.nodes, self.processes, strict=True):
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"worker {node} exited with {process.returncode}; see {self.log_dir}"
+                )
+
+    def wait_ready(self) -> None:
+        control = Celery("bench_control", broker=self.redis_url, set_as_current=False)
+        try:
+            deadline = time.monotonic() + WORKER_READY_TIMEOUT
+            missing = set(self.nodes)
+            while missing:
+                self.check_alive()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"workers {sorted(missing)} not ready; see {self.log_dir}")
+                for reply in control.control.ping(destination=sorted(missing), timeout=0.5) or ():
+                    missing -= set(reply)
+        finally:
+            control.close()
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            # Prefork children of a main process that died abnormally (same group id).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+        self.processes.clear()
+
+
+class ProjectWorkers:
+    """``count`` workers through the project's ``harness.worker_process.WorkerProcess``
+    (``celery -A workers.main worker -P prefork -c 1``), started one after the other."""
+
+    def __init__(self, settings: Settings, count: int, log_dir: Path) -> None:
+        from harness.worker_process import WorkerProcess
+
+        self.workers = [
+            WorkerProcess(
+                settings,
+                concurrency=1,
+                pool="prefork",
+                loglevel="warning",
+                log_path=log_dir / f"{settings.namespace}-{index}.log",
+                name=f"{settings.namespace}-{index}",
+            )
+            for index in range(count)
+        ]
+
+    def start(self) -> None:
+        pass  # ``wait_ready`` starts them: each start() waits for its ping
+
+    def wait_ready(self) -> None:
+        for worker in self.workers:
+            worker.start(timedelta(seconds=WORKER_READY_TIMEOUT))
+
+    @property
+    def pids(self) -> list[int]:
+        return [pid for worker in self.workers if (pid := worker.pid) is not None]
+
+    def check_alive(self) -> None:
+        for worker in self.workers:
+            if not worker.running:
+                raise RuntimeError(
+                    f"worker {worker.hostname} exited with {worker.returncode}; "
+                    f"log {worker.log_path}"
+                )
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+
+
+def project_worker_helper() -> bool:
+    try:
+        from harness.worker_process import WorkerProcess  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# -- CPU accounting ---------------------------------------------------------------------
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_cpu(pid: int) -> float:
+    """utime + stime of one live process, in seconds (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for thread in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{thread}/children") as handle:
+                found.extend(int(child) for child in handle.read().split())
+    except OSError:
+        pass
+    return found
+
+
+def tree_cpu(pids: Sequence[int]) -> float:
+    """CPU seconds of the live processes ``pids`` and all their live descendants."""
+    total, seen, stack = 0.0, set(), list(pids)
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        total += _proc_cpu(pid)
+        stack.extend(_children(pid))
+    return total
+
+
+def machine_busy() -> float:
+    """Busy CPU seconds of the whole machine so far (all cores), from /proc/stat."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(value) for value in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return float("nan")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / CLOCK_TICKS
+
+
+@dataclass
+class CpuWindow:
+    """CPU used during a window: by this run's processes, and by everything else."""
+
+    wall: float = 0.0
+    ours: float = 0.0  # bench process + its workers (+ the embedded Redis)
+    machine: float = 0.0
+
+    @property
+    def other(self) -> float:
+        return max(0.0, self.machine - self.ours)
+
+    def describe(self) -> str:
+        cores = os.cpu_count() or 1
+        if self.wall <= 0 or self.machine != self.machine:
+            return "cpu: n/a"
+        return (
+            f"cpu: this run {self.ours:.1f} s, other processes {self.other:.1f} s "
+            f"of {self.wall * cores:.1f} core-s"
+        )
+
+
+class CpuMeter:
+    def __init__(self, pids: Callable[[], list[int]]) -> None:
+        self._pids = pids
+
+    @contextlib.contextmanager
+    def window(self) -> Any:
+        result = CpuWindow()
+        pids = self._pids()
+        start = (time.perf_counter(), tree_cpu(pids), machine_busy())
+        try:
+            yield result
+        finally:
+            pids = self._pids()
+            result.wall = time.perf_counter() - start[0]
+            result.ours = tree_cpu(pids) - start[1]
+            result.machine = machine_busy() - start[2]
+
+
+# -- the systems ------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(
+        self, redis_url: str, plan: Plan, log_dir: Path, redis_pid: int | None = None
+    ) -> None:
+        self.redis_url = redis_url
+        self.plan = plan
+        self.log_dir = log_dir
+        self.pools: list[WorkerPool | ProjectWorkers] = []
+        self.use_project_helper = project_worker_helper()
+        extra = [redis_pid] if redis_pid is not None else []
+        self.meter = CpuMeter(
+            lambda: [os.getpid(), *extra, *(pid for pool in self.pools for pid in pool.pids)]
+        )
+
+    # infrastructure
+    def new_settings(self) -> Settings:
+        tag = uuid4().hex[:10]
+        return Settings(
+            redis_url=self.redis_url,
+            namespace=f"bench-{tag}",
+            queue=f"bench.{tag}",
+            profile="scripted",
+        )
+
+    async def start_pool(self, pool: WorkerPool | ProjectWorkers) -> WorkerPool | ProjectWorkers:
+        self.pools.append(pool)
+        pool.start()
+        await asyncio.to_thread(pool.wait_ready)
+        return pool
+
+    async def stop_pool(self, pool: WorkerPool | ProjectWorkers) -> None:
+        await asyncio.to_thread(pool.stop)
+        if pool in self.pools:
+            self.pools.remove(pool)
+
+    def stop_all(self) -> None:
+        for pool in self.pools:
+            pool.stop()
+        self.pools.clear()
+
+    async def ours_workers(self, settings: Settings, count: int) -> WorkerPool | ProjectWorkers:
+        if self.use_project_helper:
+            return await self.start_pool(ProjectWorkers(settings, count, self.log_dir))
+        env = {
+            "AHP_REDIS_URL": settings.redis_url,
+            "AHP_NAMESPACE": settings.namespace,
+            "AHP_QUEUE": settings.queue,
+            "AHP_PROFILE": settings.profile,
+        }
+        pool = WorkerPool(
+            settings.namespace,
+            "workers.main",
+            env,
+            settings.queue,
+            self.redis_url,
+            count,
+            self.log_dir,
+        )
+        return await self.start_pool(pool)
+
+    async def noop_workers(self, queue: str, count: int) -> WorkerPool:
+        env = {"BENCH_NOOP_REDIS_URL": self.redis_url, "BENCH_NOOP_QUEUE": queue}
+        name = queue.replace(".", "-")
+        pool = WorkerPool(name, "bench.noop_app", env, queue, self.redis_url, count, self.log_dir)
+        return await self.start_pool(pool)
+
+    @contextlib.asynccontextmanager
+    async def reference(self) -> Any:
+        async with AsyncRedisSaver.from_conn_string(self.redis_url) as saver:
+            await saver.asetup()
+            harness = LangGraphHarness(
+                ScriptedChatModel(),
+                model_id=SCRIPTED.model_id,
+                checkpointer=saver,
+                cancellation_semantics=(
+                    ReferenceCancellation.COROUTINE_TERMINATION_CONFIRMS_WORK_STOPPED
+                ),
+                context_retention=ContextRetentionDisposition.MATERIALIZED,
+                history_visibility=UserHistoryVisibility.HIDDEN,
+            )
+            try:
+                yield harness
+            finally:
+                await harness.aclose()
+
+    @contextlib.asynccontextmanager
+    async def ours(self, settings: Settings) -> Any:
+        harness = CeleryHarness(settings, profile="scripted")
+        try:
+            yield harness
+        finally:
+            with contextlib.suppress(Exception):
+                await harness.aclose()
+
+
+class NoopClient:
+    """The caller side of the raw Celery round trip (publish in a thread, like ours)."""
+
+    def __init__(self, redis_url: str, queue: str) -> None:
+        self.queue = queue
+        self.app = noop_app.create_app(redis_url, queue)
+        pool = aioredis.BlockingConnectionPool.from_url(
+            redis_url, max_connections=256, timeout=30, decode_responses=True
+        )
+        self.redis = aioredis.Redis(connection_pool=pool)
+
+    async def round_trip(self, tally: Tally) -> float | None:
+        token = uuid4().hex
+        key = f"bench-noop:reply:{token}"
+        started = time.perf_counter()
+        try:
+            await asyncio.to_thread(
+                self.app.send_task,
+                noop_app.NOOP_TASK,
+                args=[key, token],
+                queue=self.queue,
+                retry=False,
+            )
+            item = await self.redis.blpop([key], timeout=TASK_TIMEOUT)
+        except Exception as error:
+            tally.error(error)
+            return None
+        elapsed = time.perf_counter() - started
+        ok = item is not None and item[1] == token
+        tally.noop(ok)
+        return elapsed if ok else None
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+        await self.redis.connection_pool.disconnect()
+        await asyncio.to_thread(self.app.close)
+
+
+# -- task helpers -----------------------------------------------------------------------
+
+
+async def run_task(session: AgentSession, turn: int, tally: Tally) -> float | None:
+    """One task to its outcome; its latency, or None if it did not complete as expected."""
+    started = time.perf_counter()
+    try:
+        task = await session.start_task(TaskRequest(TextInput(prompt(turn))))
+        async with asyncio.timeout(TASK_TIMEOUT):
+            outcome = await task.await_outcome()
+    except Exception as error:
+        tally.error(error)
+        return None
+    elapsed = time.perf_counter() - started
+    before = tally.ok
+    tally.outcome(outcome, expected_context(turn))
+    return elapsed if tally.ok > before else None
+
+
+async def release(session: AgentSession, tally: Tally) -> None:
+    try:
+        await session.release()
+    except Exception:
+        tally.cleanup_errors += 1
+
+
+async def release_all(sessions: Sequence[AgentSession], tally: Tally, parallel: int = 5) -> None:
+    gate = asyncio.Semaphore(parallel)
+
+    async def one(session: AgentSession) -> None:
+        async with gate:
+            await release(session, tally)
+
+    await asyncio.gather(*(one(session) for session in sessions))
+
+
+async def fresh_session_sample(harness: AgentHarness, tally: Tally) -> float | None:
+    """Create a session and run one task to its outcome (timed); release (untimed)."""
+    started = time.perf_counter()
+    try:
+        session = await harness.create_session(SPEC)
+    except Exception as error:
+        tally.error(error)
+        return None
+    try:
+        task = await session.start_task(TaskRequest(TextInput(prompt(1))))
+        async with asyncio.timeout(TASK_TIMEOUT):
+            outcome = await task.await_outcome()
+        elapsed = time.perf_counter() - started
+        before = tally.ok
+        tally.outcome(outcome, expected_context(1))
+        return elapsed if tally.ok > before else None
+    except Exception as error:
+        tally.error(error)
+        return None
+    finally:
+        await release(session, tally)
+
+
+async def warm_up(harness: AgentHarness, sessions: int, turns: int) -> None:
+    """Untimed: import paths, compiled graphs, connections, prefork children all hot."""
+    scratch = Tally()
+
+    async def one() -> None:
+        session = await harness.create_session(SPEC)
+        try:
+            for turn in range(1, turns + 1):
+                await run_task(session, turn, scratch)
+        finally:
+            await release(session, scratch)
+
+    await asyncio.gather(*(one() for _ in range(sessions)))
+    if not scratch.clean:
+        raise RuntimeError(f"warm-up failed: {scratch.describe()}; {scratch.first_problem}")
+
+
+async def session_chains(
+    harness: AgentHarness, sessions: int, per_session: int, tally: Tally, meter: CpuMeter
+) -> CpuWindow:
+    """``sessions`` concurrent sessions of ``per_session`` sequential tasks, timed from the
+    first session creation to the last outcome. Releases afterwards, untimed."""
+    opened: list[AgentSession] = []
+
+    async def chain() -> None:
+        try:
+            session = await harness.create_session(SPEC)
+        except Exception as error:
+            for _ in range(per_session):
+                tally.error(error)
+            return
+        opened.append(session)
+        for turn in range(1, per_session + 1):
+            await run_task(session, turn, tally)
+
+    with meter.window() as window:
+        await asyncio.gather(*(chain() for _ in range(sessions)))
+    await release_all(opened, tally)
+    return window
+
+
+async def noop_chains(
+    client: NoopClient, chains: int, per_chain: int, tally: Tally, meter: CpuMeter
+) -> CpuWindow:
+    async def chain() -> None:
+        for _ in range(per_chain):
+            await client.round_trip(tally)
+
+    with meter.window() as window:
+        await asyncio.gather(*(chain() for _ in range(chains)))
+    return window
+
+
+# -- scenarios --------------------------------------------------------------------------
+
+
+@dataclass
+class LatencyResult:
+    label: str
+    samples: list[float]
+    tally: Tally
+
+
+@dataclass
+class LongSessionResult:
+    label: str
+    latencies: list[float | None]
+    tally: Tally
+    window: int
+    cpu: CpuWindow
+
+    def window_median(self, start: int) -> float:
+        values = [v for v in self.latencies[start : start + self.window] if v is not None]
+        return statistics.median(values) if values else float("nan")
+
+    @property
+    def first(self) -> float:
+        return self.window_median(0)
+
+    @property
+    def last(self) -> float:
+        return self.window_median(len(self.latencies) - self.window)
+
+
+@dataclass
+class ThroughputResult:
+    label: str
+    workers: str
+    tasks: int
+    cpu: CpuWindow
+    tally: Tally
+
+    @property
+    def seconds(self) -> float:
+        return self.cpu.wall
+
+    @property
+    def per_second(self) -> float:
+        return self.tally.ok / self.seconds if self.seconds else float("nan")
+
+    @property
+    def cpu_ms_per_task(self) -> float:
+        return self.cpu.ours / self.tally.ok * 1000 if self.tally.ok else float("nan")
+
+
+async def scenario_latency(bench: Bench) -> tuple[list[LatencyResult], CpuWindow]:
+    plan = bench.plan
+    settings = bench.new_settings()
+    noop_queue = f"bench.noop.{uuid4().hex[:10]}"
+    ours_pool = await bench.ours_workers(settings, 1)
+    noop_pool = await bench.noop_workers(noop_queue, 1)
+    ours = LatencyResult("ours: CeleryHarness, 1 worker process (prefork -c 1)", [], Tally())
+    reference = LatencyResult("reference: LangGraphHarness in-process", [], Tally())
+    noop = LatencyResult("raw Celery no-op round trip, 1 worker (prefork -c 1)", [], Tally())
+    client = NoopClient(bench.redis_url, noop_queue)
+    try:
+        async with bench.ours(settings) as ours_harness, bench.reference() as ref_harness:
+            await warm_up(ours_harness, 2, 3)
+            await warm_up(ref_harness, 2, 3)
+            warm = Tally()
+            for _ in range(plan.latency_warmup):
+                await fresh_session_sample(ours_harness, warm)
+                await fresh_session_sample(ref_harness, warm)
+                await client.round_trip(warm)
+            if not warm.clean:
+                raise RuntimeError(
+                    f"latency warm-up failed: {warm.describe()}; {warm.first_problem}"
+                )
+
+            async def sample_ours() -> None:
+                value = await fresh_session_sample(ours_harness, ours.tally)
+                if value is not None:
+                    ours.samples.append(value)
+
+            async def sample_reference() -> None:
+                value = await fresh_session_sample(ref_harness, reference.tally)
+                if value is not None:
+                    reference.samples.append(value)
+
+            async def sample_noop() -> None:
+                value = await client.round_trip(noop.tally)
+                if value is not None:
+                    noop.samples.append(value)
+
+            order: list[Callable[[], Awaitable[None]]] = [
+                sample_ours,
+                sample_reference,
+                sample_noop,
+            ]
+            with bench.meter.window() as cpu:
+                for index in range(plan.latency_samples):
+                    rotation = index % len(order)
+                    for sample in order[rotation:] + order[:rotation]:
+                        await sample()
+            ours_pool.check_alive()
+    finally:
+        await client.aclose()
+        await bench.stop_pool(ours_pool)
+        await bench.stop_pool(noop_pool)
+    return [ours, reference, noop], cpu
+
+
+async def long_session(harness: AgentHarness, turns: int, tally: Tally) -> list[float | None]:
+    session = await harness.create_session(SPEC)
+    latencies: list[float | None] = []
+    try:
+        for turn in range(1, turns + 1):
+            latencies.append(await run_task(session, turn, tally))
+    finally:
+        await release(session, tally)
+    return latencies
+
+
+async def scenario_long_session(bench: Bench) -> list[LongSessionResult]:
+    plan = bench.plan
+    settings = bench.new_settings()
+    pool = await bench.ours_workers(settings, 1)
+    try:
+        async with bench.ours(settings) as harness:
+            await warm_up(harness, 1, 3)
+            tally = Tally()
+            with bench.meter.window() as cpu:
+                latencies = await long_session(harness, plan.turns, tally)
+            ours = LongSessionResult(
+                "ours: CeleryHarness, 1 worker process (prefork -c 1)",
+                latencies,
+                tally,
+                plan.window,
+                cpu,
+            )
+        pool.check_alive()
+    finally:
+        await bench.stop_pool(pool)
+    async with bench.reference() as harness:
+        await warm_up(harness, 1, 3)
+        tally = Tally()
+        with bench.meter.window() as cpu:
+            latencies = await long_session(harness, plan.turns, tally)
+        reference = LongSessionResult(
+            "reference: LangGraphHarness in-process", latencies, tally, plan.window, cpu
+        )
+    return [ours, reference]
+
+
+async def scenario_throughput(bench: Bench) -> list[ThroughputResult]:
+    plan = bench.plan
+    sessions, per_session = plan.sessions, plan.tasks_per_session
+    tasks = sessions * per_session
+    results: list[ThroughputResult] = []
+
+    async with bench.reference() as harness:
+        await warm_up(harness, 2, 3)
+        tally = Tally()
+        cpu = await session_chains(harness, sessions, per_session, tally, bench.meter)
+        results.append(
+            ThroughputResult(
+                "reference: LangGraphHarness in-process", "1 event loop", tasks, cpu, tally
+            )
+        )
+
+    for count in plan.worker_counts:
+        settings = bench.new_settings()
+        pool = await bench.ours_workers(settings, count)
+        try:
+            async with bench.ours(settings) as harness:
+                await warm_up(harness, 2 * count, 3)
+                tally = Tally()
+                cpu = await session_chains(harness, sessions, per_session, tally, bench.meter)
+            pool.check_alive()
+        finally:
+            await bench.stop_pool(pool)
+        results.append(
+            ThroughputResult(
+                "ours: CeleryHarness", f"{count} proc x prefork -c 1", tasks, cpu, tally
+            )
+        )
+
+        queue = f"bench.noop.{uuid4().hex[:10]}"
+        pool = await bench.noop_workers(queue, count)
+        client = NoopClient(bench.redis_url, queue)
+        try:
+            await noop_chains(client, 2 * count, 3, Tally(), bench.meter)
+            tally = Tally()
+            cpu = await noop_chains(client, sessions, per_session, tally, bench.meter)
+            pool.check_alive()
+        finally:
+            await client.aclose()
+            await bench.stop_pool(pool)
+        results.append(
+            ThroughputResult("raw Celery no-op", f"{count} proc x prefork -c 1", tasks, cpu, tally)
+        )
+    return results
+
+
+# -- report -----------------------------------------------------------------------------
+
+
+def git_state() -> str:
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "harness", "workers", "wire"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\n")
+        changed = [line[3:] for line in dirty if line.strip()]
+        return f"{head}" + (f" + uncommitted changes in {', '.join(changed)}" if changed else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def print_latency(results: list[LatencyResult], cpu: CpuWindow, plan: Plan) -> None:
+    print(
+        f"\n(a) fresh-session task latency: create session + 1 task to outcome "
+        f"(n={plan.latency_samples} per system, interleaved; release untimed), ms"
+    )
+    print(f"  {'system':<56} {'median':>8} {'p95':>8} {'mean':>8} {'min':>8} {'max':>8}  outcomes")
+    for result in results:
+        values = result.samples or [float("nan")]
+        print(
+            f"  {result.label:<56} {ms(statistics.median(values))} {ms(percentile(values, 0.95))} "
+            f"{ms(statistics.fmean(values))} {ms(min(values))} {ms(max(values))}  "
+            f"{result.tally.describe()}"
+        )
+    ours, reference, noop = results
+    if ours.samples and reference.samples:
+        print(
+            f"  ratio ours/reference: median "
+            f"{ratio(statistics.median(ours.samples), statistics.median(reference.samples)):.2f}, "
+            f"p95 {ratio(percentile(ours.samples, 0.95), percentile(reference.samples, 0.95)):.2f}"
+        )
+    if ours.samples and noop.samples:
+        print(
+            f"  ours - raw Celery no-op (median): "
+            f"{(statistics.median(ours.samples) - statistics.median(noop.samples)) * 1000:.2f} ms"
+        )
+    print(f"  {cpu.describe()} (whole interleaved measurement, {cpu.wall:.1f} s)")
+
+
+def print_long_session(results: list[LongSessionResult], plan: Plan) -> None:
+    window = plan.window
+    print(
+        f"\n(b) one session, {plan.turns} sequential tasks: median latency over windows of "
+        f"{window} tasks, ms"
+    )
+    starts = sorted({0, *(round(i * (plan.turns - window) / 4) for i in range(1, 5))})
+    header = "".join(f"{f'{s + 1}-{s + window}':>10}" for s in starts)
+    print(f"  {'system':<56}{header}   last/first  outcomes")
+    for result in results:
+        cells = "".join(f"{result.window_median(s) * 1000:10.2f}" for s in starts)
+        print(
+            f"  {result.label:<56}{cells}   {ratio(result.last, result.first):9.2f}x  "
+            f"{result.tally.describe()}"
+        )
+    for result in results:
+        print(f"  {result.label.split(':')[0]}: {result.cpu.describe()} ({result.cpu.wall:.1f} s)")
+
+
+def print_throughput(results: list[ThroughputResult], plan: Plan) -> None:
+    print(
+        f"\n(c) throughput: {plan.sessions} concurrent sessions x {plan.tasks_per_session} "
+        f"sequential tasks = {plan.sessions * plan.tasks_per_session} tasks"
+    )
+    print(
+        f"  {'system':<40} {'workers':<24} {'seconds':>8} {'tasks/s':>8} {'cpu ms/task':>12} "
+        f"{'other cpu':>10}  outcomes"
+    )
+    for result in results:
+        print(
+            f"  {result.label:<40} {result.workers:<24} {result.seconds:8.2f} "
+            f"{result.per_second:8.1f} {result.cpu_ms_per_task:12.1f} "
+            f"{result.cpu.other:9.1f}s  {result.tally.describe()}"
+        )
+    print(
+        "  (cpu ms/task: CPU of this run's processes -- bench/caller, workers with their pool "
+        "children, embedded Redis -- per completed task;\n   other cpu: CPU used by "
+        "processes outside this run during the window)"
+    )
+    reference = results[0]
+    for result in results[1:]:
+        print(
+            f"  ratio {result.label} ({result.workers}) / reference: "
+            f"{ratio(result.per_second, reference.per_second):.2f}"
+        )
+
+
+def print_targets(
+    latency: list[LatencyResult],
+    long: list[LongSessionResult],
+    throughput: list[ThroughputResult],
+    plan: Plan,
+) -> None:
+    print("\ntargets")
+    rows: list[tuple[str, float, bool, bool]] = []
+    ours_a, ref_a, _ = latency
+    value = ratio(
+        statistics.median(ours_a.samples or [float("nan")]),
+        statistics.median(ref_a.samples or [float("nan")]),
+    )
+    rows.append(
+        (
+            "(a) fresh-session latency, median ours/reference <= 1.3",
+            value,
+            value <= 1.3,
+            ours_a.tally.clean and ref_a.tally.clean,
+        )
+    )
+    ours_b = long[0]
+    value = ratio(ours_b.last, ours_b.first)
+    rows.append(
+        (
+            f"(b) ours task {plan.turns - plan.window + 1}-{plan.turns} / task 1-{plan.window}"
+            f" latency <= 2x",
+            value,
+            value <= 2.0,
+            ours_b.tally.clean,
+        )
+    )
+    reference_c = throughput[0]
+    ours_two = [r for r in throughput if r.label.startswith("ours") and r.workers.startswith("2")]
+    if ours_two:
+        value = ratio(ours_two[0].per_second, reference_c.per_second)
+        rows.append(
+            (
+                "(c) throughput ours (2 workers) / reference >= 2x",
+                value,
+                value >= 2.0,
+                ours_two[0].tally.clean and reference_c.tally.clean,
+            )
+        )
+    for label, measured, met, clean in rows:
+        verdict = "met" if met and clean else "NOT MET"
+        if not clean:
+            verdict += " (tasks failed in this scenario: result invalid)"
+        print(f"  {label:<64} measured {measured:6.2f}   {verdict}")
+    tallies = [r.tally for r in latency] + [r.tally for r in long] + [r.tally for r in throughput]
+    total = sum(t.total for t in tallies)
+    ok = sum(t.ok for t in tallies)
+    problems = [t.first_problem for t in tallies if t.first_problem]
+    print(
+        f"  all measured tasks completed as expected: {'yes' if ok == total else 'NO'} "
+        f"({ok}/{total})"
+    )
+    for problem in problems[:5]:
+        print(f"    first problem: {problem}")
+
+
+async def run(redis_url: str, plan: Plan, log_dir: Path, redis_pid: int | None) -> None:
+    bench = Bench(redis_url, plan, log_dir, redis_pid)
+    helper = (
+        "harness.worker_process.WorkerProcess" if bench.use_project_helper else "bench WorkerPool"
+    )
+    print(
+        f"workers: {helper}"
+        f" for ours, bench WorkerPool for the no-op (both: python -m celery ... worker "
+        f"-P prefork -c 1 --loglevel warning, one OS process each)"
+    )
+    started = time.perf_counter()
+    try:
+        print(f"[{time.perf_counter() - started:6.1f}s] (a) fresh-session latency ...", flush=True)
+        latency, latency_cpu = await scenario_latency(bench)
+        print(f"[{time.perf_counter() - started:6.1f}s] (b) long session ...", flush=True)
+        long = await scenario_long_session(bench)
+        print(f"[{time.perf_counter() - started:6.1f}s] (c) throughput ...", flush=True)
+        throughput = await scenario_throughput(bench)
+    finally:
+        await asyncio.to_thread(bench.stop_all)
+    print_latency(latency, latency_cpu, plan)
+    print_long_session(long, plan)
+    print_throughput(throughput, plan)
+    print_targets(latency, long, throughput, plan)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    print(
+        f"\nwall time of the run: {time.perf_counter() - started:.1f} s; load average now "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; worker logs: {log_dir}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer samples, 10x20 tasks for (c), 50 turns for (b)"
+    )
+    parser.add_argument(
+        "--redis-url", help="use this Redis 8 (search+JSON) instead of an embedded one"
+    )
+    parser.add_argument(
+        "--worker-counts",
+        default="1,2",
+        help="worker processes for (c), comma separated (default 1,2)",
+    )
+    parser.add_argument("--log-dir", type=Path, help="where worker logs go (default: temp dir)")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    counts = tuple(int(part) for part in args.worker_counts.split(",") if part.strip())
+    plan = Plan(**{**plan.__dict__, "worker_counts": counts})
+    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="bench-workers-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    print(
+        f"mode: {plan.mode}; python {platform.python_version()}; celery {celery.__version__}; "
+        f"cpus: {os.cpu_count()}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
+    print(f"code: {git_state()}")
+    print(f"model: {SCRIPTED.model.target} (both harnesses); prompts 'question <n>'")
+    if args.redis_url:
+        print(f"redis: {args.redis_url} (external)")
+        asyncio.run(run(args.redis_url, plan, log_dir, None))
+        return 0
+    with EmbeddedRedis() as server:
+        print(f"redis: embedded Redis 8 at {server.url}")
+        asyncio.run(run(server.url, plan, log_dir, server.pid))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
