@@ -48,6 +48,19 @@ class Settings(BaseSettings):
     redis_max_connections: int = Field(default=256, ge=8)
     event_buffer_capacity: int = Field(default=256, ge=2)
 
+    @field_validator(
+        "cleanup_per_task", "cleanup_total", "lease_ttl", "visibility_timeout", mode="before"
+    )
+    @classmethod
+    def _plain_seconds(cls, value: object) -> object:
+        """Accept ``AHP_LEASE_TTL=3`` (seconds) besides ISO 8601 (``PT3S``)."""
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                return value
+        return value
+
     @field_validator("namespace")
     @classmethod
     def _namespace_is_key_safe(cls, value: str) -> str:

@@ -1,0 +1,71 @@
+"""Conformance suites again, with the workers as separate OS processes.
+
+Two ``celery worker`` processes (prefork, two children each) serve their own namespace
+and queue; the controlled model runs in those children and records what it received
+in Redis, exactly as in-process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from agent_harness_protocol import AgentHarness, SessionSpec
+from agent_harness_protocol.conformance import (
+    AcceptanceFixture,
+    CleanupBudgetConformanceTests,
+    FixtureResource,
+    RuntimeObservation,
+    RuntimeProfileConformanceTests,
+)
+
+from harness import CeleryHarness
+from harness.worker_process import WorkerProcess
+from wire.settings import Settings
+
+from .support.boundary import ModelBoundary
+from .support.fixtures import acceptance, observed
+
+pytestmark = pytest.mark.processes
+
+
+@pytest.fixture(scope="module")
+def process_settings(settings: Settings) -> Settings:
+    return settings.model_copy(
+        update={"namespace": settings.namespace + "-proc", "queue": settings.queue + ".proc"}
+    )
+
+
+@pytest.fixture(scope="module")
+def worker_processes(process_settings: Settings) -> Iterator[None]:
+    with (
+        WorkerProcess(process_settings, concurrency=2, name="conformance-a"),
+        WorkerProcess(process_settings, concurrency=2, name="conformance-b"),
+    ):
+        yield
+
+
+class _InProcesses:
+    settings: Settings
+    model: ModelBoundary
+
+    @pytest.fixture(autouse=True)
+    def _bind(
+        self, process_settings: Settings, boundary: ModelBoundary, worker_processes: None
+    ) -> None:
+        self.settings = process_settings
+        self.model = boundary
+
+
+class TestRuntimeProfileInWorkerProcesses(_InProcesses, RuntimeProfileConformanceTests):
+    def boundary(self) -> FixtureResource[RuntimeObservation]:
+        return observed(self.model)
+
+    def harness(self, boundary: RuntimeObservation) -> AgentHarness:
+        return CeleryHarness(self.settings, profile="confirmed")
+
+
+class TestCleanupUnconfirmedInWorkerProcesses(_InProcesses, CleanupBudgetConformanceTests):
+    def cleanup_fixture(self) -> FixtureResource[AcceptanceFixture]:
+        spec = SessionSpec(instructions="AHP_CLEANUP")
+        return acceptance(self.settings, self.model, "unconfirmed", spec)

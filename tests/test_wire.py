@@ -1,0 +1,121 @@
+"""The wire contract on its own: settings, encodings, the fan-out primitive."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from agent_harness_protocol import (
+    AgentUsage,
+    Completed,
+    Failed,
+    FailureKind,
+    MessageDelta,
+    MessageId,
+    MessageRole,
+    ObservationGap,
+    StopReason,
+    TaskId,
+    TextOutput,
+    Unresolved,
+    UnresolvedReason,
+)
+
+from harness.errors import RemoteTaskError
+from harness.fanout import BoundedFanout
+from wire.codec import (
+    RemoteCause,
+    event_from_entry,
+    event_to_entry,
+    outcome_from_json,
+    outcome_to_json,
+)
+from wire.errors import DecodeError
+from wire.settings import Settings
+
+TASK = TaskId("t1")
+
+
+def test_durations_accept_plain_seconds_and_iso_8601(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AHP_LEASE_TTL", "2.5")
+    monkeypatch.setenv("AHP_CLEANUP_TOTAL", "PT4S")
+    settings = Settings()
+    assert settings.lease_ttl == timedelta(seconds=2.5)
+    assert settings.cleanup_total == timedelta(seconds=4)
+
+
+def test_namespace_must_be_key_safe() -> None:
+    with pytest.raises(ValueError, match="invalid namespace"):
+        Settings(namespace="a b")
+
+
+def test_outcomes_round_trip_with_unknown_usage_kept_unknown() -> None:
+    partial = AgentUsage(input_tokens=3, output_tokens=None)
+    for outcome in (
+        Completed(TASK, StopReason.FINISHED, TextOutput("hi"), partial),
+        Unresolved(TASK, UnresolvedReason.OBSERVATION_LOST, "worker lost"),
+    ):
+        assert outcome_from_json(outcome_to_json(outcome)) == outcome
+
+
+def test_failed_cause_crosses_as_type_module_and_message() -> None:
+    error = KeyError("missing")
+    failed = Failed(TASK, FailureKind.UNKNOWN, "boom", error)
+    data = outcome_to_json(failed, RemoteCause.of(error))
+    decoded = outcome_from_json(data, lambda cause: RemoteTaskError(*vars_of(cause)))
+    assert isinstance(decoded, Failed)
+    assert isinstance(decoded.cause, RemoteTaskError)
+    assert decoded.cause.type_name == "KeyError"
+    assert decoded.cause.module == "builtins"
+    assert "missing" in decoded.cause.remote_message
+
+
+def vars_of(cause: RemoteCause) -> tuple[str, str, str]:
+    return cause.type_name, cause.module, cause.message
+
+
+def test_unknown_or_malformed_entries_are_decode_errors() -> None:
+    with pytest.raises(DecodeError, match="unknown event tag"):
+        event_from_entry(TASK, "os.system", "{}")
+    with pytest.raises(DecodeError):
+        event_from_entry(TASK, "delta", "not json")
+
+
+def test_events_round_trip() -> None:
+    delta = MessageDelta(TASK, MessageId("m"), "text", MessageRole.ANSWER)
+    assert event_from_entry(TASK, *event_to_entry(delta)) == delta
+
+
+async def test_fanout_counts_drops_exactly_where_they_happened_and_keeps_final_last() -> None:
+    fanout = BoundedFanout[int](4, lambda count: -count)
+    slow = fanout.subscribe()
+    for item in range(10):
+        fanout.publish(item)
+    fanout.close(final=100)
+    received = [item async for item in slow]
+    assert received == [0, 1, 2, -7, 100]
+    late = [item async for item in fanout.subscribe()]
+    assert late == [100]
+
+
+async def test_fanout_subscribers_are_independent() -> None:
+    fanout = BoundedFanout[object](3, lambda count: ObservationGap(TASK, count))
+    fast, slow = fanout.subscribe(), fanout.subscribe()
+    fast_items: list[object] = []
+
+    async def drain() -> None:
+        async for item in fast:
+            fast_items.append(item)
+
+    reader = asyncio.create_task(drain())
+    for item in range(5):
+        fanout.publish(item)
+        await asyncio.sleep(0)
+    fanout.close(final="end")
+    await reader
+    slow_items = [item async for item in slow]
+    assert fast_items == [0, 1, 2, 3, 4, "end"]
+    assert slow_items[:2] == [0, 1]
+    assert slow_items[2] == ObservationGap(TASK, 3)
+    assert slow_items[-1] == "end"
