@@ -539,7 +539,17 @@ class Bench:
 
     @contextlib.asynccontextmanager
     async def reference(self) -> Any:
-        async with AsyncRedisSaver.from_conn_string(self.redis_url) as saver:
+        """The in-process reference on an ``AsyncRedisSaver`` whose client has the same
+        connection pool as the workers' checkpoint client (blocking, 256 connections).
+
+        With a plain ``redis_url`` the saver gets redis-py's default non-blocking pool of
+        100 connections, and 50 concurrent sessions then fail some tasks with
+        ``MaxConnectionsError: Too many connections`` (``aget_tuple`` gathers searches)."""
+        pool = aioredis.BlockingConnectionPool.from_url(
+            self.redis_url, max_connections=256, timeout=30, health_check_interval=30
+        )
+        client = aioredis.Redis(connection_pool=pool)
+        async with AsyncRedisSaver(redis_client=client) as saver:
             await saver.asetup()
             harness = LangGraphHarness(
                 ScriptedChatModel(),
@@ -554,7 +564,11 @@ class Bench:
             try:
                 yield harness
             finally:
-                await harness.aclose()
+                try:
+                    await harness.aclose()
+                finally:
+                    await client.aclose()
+                    await pool.disconnect()
 
     @contextlib.asynccontextmanager
     async def ours(self, settings: Settings) -> Any:
