@@ -182,8 +182,10 @@ class Tally:
 
 
 def expected_context(turn: int) -> str:
-    """What the scripted reply of the ``turn``-th task of a session must quote."""
-    return "nothing yet" if turn == 1 else repr(prompt(1))
+    """What the scripted reply of the ``turn``-th task of a session must quote: the
+    question itself on the first task, the previous question (so context was carried)
+    on every later one."""
+    return repr(prompt(1 if turn == 1 else turn - 1))
 
 
 def prompt(turn: int) -> str:
