@@ -74,8 +74,8 @@ def test_demo_completes_both_tasks_and_the_second_sees_the_first(redis_url: str)
     assert output.count("Outcome: Completed") == 2, output
     answers = [line for line in output.splitlines() if line.strip().startswith("output:")]
     assert len(answers) == 2, output
-    assert "nothing yet" in answers[0]
-    assert f"Earlier in this session you asked: '{FIRST}'" in answers[1], output
+    assert "This is your first question." in answers[0]
+    assert f"Before that you asked '{FIRST}'" in answers[1], output
     for event in ("TaskStarted", "MessageDelta", "MessageCompleted", "UsageChanged"):
         assert output.count(event) == 2, (event, output)
     assert output.count("TaskCompleted") == 2, output

@@ -1,7 +1,7 @@
 """A scripted chat model for demos: deterministic, local, and labelled as such.
 
-It streams a reply that quotes the latest request and the earlier requests it can see in
-the conversation, so a demo shows context carried between the tasks of a session. It
+It streams a reply that quotes the latest request and the one before it, as seen in the
+conversation, so a demo shows context carried between the tasks of a session. It
 reports token usage by counting whitespace-separated words.
 """
 
@@ -21,10 +21,15 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 
 
 def _reply(messages: list[BaseMessage]) -> str:
+    """Quote the latest question and the one before it (constant size per turn)."""
     asked = [message.text for message in messages if isinstance(message, HumanMessage)]
     latest = asked[-1] if asked else ""
-    earlier = "; ".join(repr(text) for text in asked[:-1]) or "nothing yet"
-    return f"[scripted model] You asked {latest!r}. Earlier in this session you asked: {earlier}."
+    if len(asked) < 2:
+        return f"[scripted model] You asked {latest!r}. This is your first question."
+    return (
+        f"[scripted model] You asked {latest!r}. Before that you asked {asked[-2]!r} "
+        f"({len(asked) - 1} earlier questions in this session)."
+    )
 
 
 def _usage(messages: list[BaseMessage], reply: str) -> UsageMetadata:
