@@ -119,3 +119,17 @@ async def test_fanout_subscribers_are_independent() -> None:
     assert slow_items[:2] == [0, 1]
     assert slow_items[2] == ObservationGap(TASK, 3)
     assert slow_items[-1] == "end"
+
+
+def test_missing_package_imports_fail_fast_and_others_still_import() -> None:
+    import importlib
+    import importlib.util
+
+    from workers.import_cache import fail_fast_if_missing
+
+    assert importlib.util.find_spec("langchain") is None, "this test assumes no langchain"
+    assert fail_fast_if_missing("langchain")
+    with pytest.raises(ModuleNotFoundError, match=r"langchain\.schema\.messages"):
+        importlib.import_module("langchain.schema.messages")
+    assert importlib.import_module("langchain_core.messages") is not None
+    assert not fail_fast_if_missing("json")

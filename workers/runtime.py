@@ -29,6 +29,7 @@ from wire.store import RecordStore
 from .checkpoints import FencedRedisSaver, LeaseRegistry
 from .errors import RuntimeStoppedError
 from .graph import ModelCalls, ModelGraph
+from .import_cache import fail_fast_if_missing
 from .models import build_model
 from .runner import GraphProvider, LiveRun, TaskRunner, ThreadDeleter
 
@@ -176,6 +177,7 @@ class WorkerRuntime:
     """The per-process loop thread. Thread-safe; start it once per process."""
 
     def __init__(self, settings: Settings, profiles: Mapping[str, AgentProfile] | None = None):
+        fail_fast_if_missing("langchain")
         self.settings = settings
         self.profiles = profiles if profiles is not None else load_profiles(settings.profiles)
         self._loop: asyncio.AbstractEventLoop | None = None
