@@ -129,7 +129,7 @@ def test_missing_package_imports_fail_fast_and_others_still_import() -> None:
 
     assert importlib.util.find_spec("langchain") is None, "this test assumes no langchain"
     assert fail_fast_if_missing("langchain")
-    with pytest.raises(ModuleNotFoundError, match=r"langchain\.schema\.messages"):
+    with pytest.raises(ModuleNotFoundError, match="No module named 'langchain'"):
         importlib.import_module("langchain.schema.messages")
     assert importlib.import_module("langchain_core.messages") is not None
     assert not fail_fast_if_missing("json")
