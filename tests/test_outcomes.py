@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from agent_harness_protocol import (
     AgentUsage,
+    Cancelled,
     Completed,
     Failed,
     FailureKind,
@@ -115,3 +116,20 @@ async def test_a_run_that_outlives_its_cancelled_task_blocks_the_session_until_i
         else:
             pytest.fail("the session stayed blocked after its run ended")
         assert all("must wait" not in text for text in boundary.observed_text_values)
+
+
+async def test_a_cancelled_turns_input_stays_in_the_next_tasks_context(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    async with CeleryHarness(settings, profile="confirmed") as harness:
+        session = await harness.create_session(SessionSpec())
+        boundary.hold()
+        task = await session.start_task(_request("cancelled-input"))
+        await wait_for(lambda: boundary.calls_for(task.id.value))
+        await task.request_cancellation()
+        assert isinstance(await task.await_outcome(), Cancelled)
+        boundary.release()
+        following = await session.start_task(_request("next-input"))
+        assert isinstance(await following.await_outcome(), Completed)
+        (call,) = boundary.calls_for(following.id.value)
+        assert call["texts"] == ["cancelled-input", "next-input"]

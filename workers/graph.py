@@ -123,5 +123,6 @@ class ModelGraph:
             {"messages": [HumanMessage(content=text)]},
             config,
             stream_mode=["messages", "updates"],
+            durability="exit",
         )
         return stream
