@@ -103,7 +103,7 @@ class CelerySession(AgentSession):
             raise SessionBlockedError(self._id, f"session cannot start tasks: {result.value}")
         task = CeleryTask(self, task_id)
         try:
-            await self.runtime.publisher.publish(task_id.value)
+            await self.runtime.publisher.publish(task_id.value, self._id.value)
         except PublishError as error:
             if error.fate is PublishFate.NOT_DELIVERED:
                 await store.rollback_start(self._id.value, task_id.value)

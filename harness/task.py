@@ -153,14 +153,14 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         if self._outcome.done():
             return
         outcome = Unresolved(self._id, reason, known)
-        result, payload = await self._runtime.store.settle(
+        settlement = await self._runtime.store.settle(
             self._session.id.value,
             self._id.value,
             TaskState.UNRESOLVED.value,
             outcome_to_json(outcome),
         )
-        if result in {SettleResult.SETTLED, SettleResult.TERMINAL}:
-            self._finish(outcome_from_json(loads(payload), remote_cause))
+        if settlement.result in {SettleResult.SETTLED, SettleResult.TERMINAL}:
+            self._finish(outcome_from_json(loads(settlement.outcome), remote_cause))
 
     def abandon_reader(self) -> None:
         if self._reader is not None:

@@ -61,18 +61,21 @@ class TaskPublisher:
         self._app = Celery("ahp_harness", set_as_current=False)
         self._app.conf.update(celery_config(settings))
 
-    def _publish(self, task_id: str) -> None:
+    def _publish(self, task_id: str, session_id: str | None) -> None:
+        kwargs = {"namespace": self._settings.namespace, "task_id": task_id}
+        if session_id is not None:
+            kwargs["session_id"] = session_id
         self._app.send_task(
             RUN_TASK,
-            kwargs={"namespace": self._settings.namespace, "task_id": task_id},
+            kwargs=kwargs,
             task_id=task_id,
             queue=self._settings.queue,
             retry=False,
         )
 
-    async def publish(self, task_id: str) -> None:
+    async def publish(self, task_id: str, session_id: str | None = None) -> None:
         try:
-            await asyncio.to_thread(self._publish, task_id)
+            await asyncio.to_thread(self._publish, task_id, session_id)
         except Exception as error:
             raise PublishError(classify(error), error) from error
 

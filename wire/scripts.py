@@ -106,15 +106,17 @@ redis.call('HSET', KEYS[1], 'blocked', ARGV[1])
 return 1
 """
 
-# KEYS[1] task hash, KEYS[2] session lease, KEYS[3] session fence counter, KEYS[4] events
-# ARGV[1] worker token, ARGV[2] lease milliseconds
-# Returns {'claimed', lease value, previous state, deliveries} | {'missing'} | {'terminal'}
-#         | {'busy'} (another live run holds the session)
+# KEYS[1] task hash, KEYS[2] session lease, KEYS[3] session fence counter, KEYS[4] events,
+# KEYS[5] session hash
+# ARGV[1] worker token, ARGV[2] lease milliseconds, ARGV[3] the session id the message names
+# Returns {'claimed', lease value, previous state, deliveries, task fields, session fields}
+#         | {'missing'} | {'terminal'} | {'busy'} (another live run holds the session)
 CLAIM = (
     _PRELUDE
     + """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'missing'} end
+if redis.call('HGET', KEYS[1], 'session') ~= ARGV[3] then return {'missing'} end
 if TERMINAL[state] then return {'terminal'} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy'} end
 local deliveries = redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
@@ -125,7 +127,8 @@ redis.call('HSET', KEYS[1], 'state', 'running', 'fence', fence)
 if state == 'starting' then
   redis.call('XADD', KEYS[4], '*', 'k', 'e', 't', 'started', 'd', '{}')
 end
-return {'claimed', value, state, deliveries}
+return {'claimed', value, state, deliveries, redis.call('HGETALL', KEYS[1]),
+        redis.call('HGETALL', KEYS[5])}
 """
 )
 
@@ -152,17 +155,22 @@ return count
 # ARGV[1] lease value ('' when the caller settles without holding the lease)
 # ARGV[2] terminal state, ARGV[3] outcome JSON, ARGV[4] '1' if the settling run ended,
 # ARGV[5] task id, ARGV[6] retention seconds of the task record and stream
-# Returns {'settled', outcome} | {'terminal', outcome} | {'stale'} | {'missing'}
+# Returns {'settled', outcome, released} | {'terminal', outcome, released} | {'stale'}
+#         | {'missing'}; released is '1' when the session is closed and not persistent.
 SETTLE = (
     _PRELUDE
     + """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'missing'} end
-if TERMINAL[state] then return {'terminal', redis.call('HGET', KEYS[1], 'outcome')} end
+local flags = redis.call('HMGET', KEYS[2], 'closed', 'persistent')
+local released = (flags[1] == '1' and flags[2] ~= '1') and '1' or '0'
+if TERMINAL[state] then
+  return {'terminal', redis.call('HGET', KEYS[1], 'outcome'), released}
+end
 if ARGV[1] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[1] then return {'stale'} end
 local encoded = settle(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[2],
                        cjson.decode(ARGV[3]), ARGV[1], ARGV[4] == '1', tonumber(ARGV[6]))
-return {'settled', encoded}
+return {'settled', encoded, released}
 """
 )
 

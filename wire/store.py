@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -53,6 +53,20 @@ class Claim:
     lease: str = ""
     previous_state: str = ""
     deliveries: int = 0
+    task: Mapping[str, str] = field(default_factory=dict)
+    session: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    result: SettleResult
+    outcome: str = ""
+    session_released: bool = False
+
+
+def _fields(flat: Any) -> dict[str, str]:
+    items = [_text(item) for item in flat]
+    return dict(zip(items[0::2], items[1::2], strict=True))
 
 
 def _text(value: Any) -> str:
@@ -122,20 +136,28 @@ class RecordStore:
         return {_text(key): _text(value) for key, value in raw.items()}
 
     async def claim(self, session_id: str, task_id: str, token: str, lease_ms: int) -> Claim:
+        """Claim the task and the session lease; returns both records on success."""
         reply = await self._claim(
             keys=[
                 self.keys.task(task_id),
                 self.keys.lease(session_id),
                 self.keys.fence(session_id),
                 self.keys.events(task_id),
+                self.keys.session(session_id),
             ],
-            args=[token, lease_ms],
+            args=[token, lease_ms, session_id],
         )
-        values = [_text(item) for item in reply]
-        result = ClaimResult(values[0])
+        result = ClaimResult(_text(reply[0]))
         if result is not ClaimResult.CLAIMED:
             return Claim(result)
-        return Claim(result, values[1], values[2], int(values[3]))
+        return Claim(
+            result,
+            _text(reply[1]),
+            _text(reply[2]),
+            int(reply[3]),
+            _fields(reply[4]),
+            _fields(reply[5]),
+        )
 
     async def append(
         self, session_id: str, task_id: str, lease: str, entries: Sequence[tuple[str, str, str]]
@@ -155,7 +177,7 @@ class RecordStore:
         *,
         lease: str = "",
         run_ended: bool = False,
-    ) -> tuple[SettleResult, str]:
+    ) -> Settlement:
         reply = await self._settle(
             keys=[
                 self.keys.task(task_id),
@@ -173,7 +195,10 @@ class RecordStore:
             ],
         )
         values = [_text(item) for item in reply]
-        return SettleResult(values[0]), values[1] if len(values) > 1 else ""
+        result = SettleResult(values[0])
+        if len(values) < 3:
+            return Settlement(result)
+        return Settlement(result, values[1], values[2] == "1")
 
     async def cancel(self, session_id: str, task_id: str) -> tuple[CancelResult, str]:
         reply = await self._cancel(

@@ -31,13 +31,13 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
     @app.task(  # type: ignore[untyped-decorator]
         name=RUN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True
     )
-    def run_task(self: Any, namespace: str, task_id: str) -> None:
+    def run_task(self: Any, namespace: str, task_id: str, session_id: str | None = None) -> None:
         if namespace != settings.namespace:
             raise ValueError(
                 f"message for namespace {namespace!r} reached a worker of {settings.namespace!r}"
             )
         try:
-            runtime.run_task(task_id)
+            runtime.run_task(task_id, session_id)
         except RuntimeStoppedError as error:
             # Shutting down mid-run: hand the message back instead of acknowledging it.
             raise Reject(str(error), requeue=True) from error

@@ -87,15 +87,16 @@ class TaskRunner:
         self._delete_thread = delete_thread
         self._lease_ms = int(settings.lease_ttl.total_seconds() * 1000)
 
-    async def run(self, task_id: str) -> None:
-        if not is_valid_id(task_id):
-            log.error("refusing a message with an invalid task id %r", task_id)
+    async def run(self, task_id: str, session_id: str | None = None) -> None:
+        """Run one delivered message; ``session_id`` saves a lookup when the message has it."""
+        if not is_valid_id(task_id) or (session_id is not None and not is_valid_id(session_id)):
+            log.error("refusing a message with invalid ids %r / %r", task_id, session_id)
             return
-        record = await self._store.task_record(task_id)
-        session_id = record.get("session", "")
-        if not session_id:
-            log.warning("task %s has no record; message dropped", task_id)
-            return
+        if session_id is None:
+            session_id = (await self._store.task_record(task_id)).get("session", "")
+            if not session_id:
+                log.warning("task %s has no record; message dropped", task_id)
+                return
         live = LiveRun(task_id)
         self._runs[task_id] = live
         try:
@@ -103,12 +104,17 @@ class TaskRunner:
             if claim.result is not ClaimResult.CLAIMED:
                 log.info("task %s not run: %s", task_id, claim.result.value)
                 return
-            await self._run_claimed(live, session_id, record, claim.lease)
+            await self._run_claimed(live, session_id, claim.task, claim.session, claim.lease)
         finally:
             self._runs.pop(task_id, None)
 
     async def _run_claimed(
-        self, live: LiveRun, session_id: str, record: Mapping[str, str], lease: str
+        self,
+        live: LiveRun,
+        session_id: str,
+        record: Mapping[str, str],
+        session: Mapping[str, str],
+        lease: str,
     ) -> None:
         task_id = live.task_id
         held = HeldLease(session_id, lease)
@@ -118,15 +124,16 @@ class TaskRunner:
         sink.start()
         renewer = asyncio.create_task(self._renew(live, session_id, lease))
         run_ended = True
+        released = False
         try:
-            outcome = await self._outcome(live, session_id, record, sink)
+            outcome = await self._outcome(live, session_id, record, session, sink)
             await sink.drain()
             if outcome is None or sink.lease_lost or live.lease_lost.is_set():
                 log.warning(
                     "task %s lost its lease; its outcome is left to the new holder", task_id
                 )
                 return
-            await self._settle(session_id, outcome, lease, run_ended=True)
+            released = await self._settle(session_id, outcome, lease, run_ended=True)
         except _OutlivedBudget as outlived:
             run_ended = False
             await sink.drain()
@@ -140,13 +147,20 @@ class TaskRunner:
             self._leases.unregister(thread_id, held)
             if not run_ended:
                 await self._store.release(session_id, task_id, lease)
-            await self._cleanup_if_released(session_id)
+                record_now = await self._store.session_record(session_id)
+                released = record_now.get("closed") == "1" and record_now.get("persistent") != "1"
+            if released:
+                await self._delete_released_thread(session_id)
 
     async def _outcome(
-        self, live: LiveRun, session_id: str, record: Mapping[str, str], sink: EventSink
+        self,
+        live: LiveRun,
+        session_id: str,
+        record: Mapping[str, str],
+        session: Mapping[str, str],
+        sink: EventSink,
     ) -> TaskOutcome | None:
         task = TaskId(live.task_id)
-        session = await self._store.session_record(session_id)
         try:
             profile = self._profile_for(session)
             spec = spec_from_json(loads(session["spec"]))
@@ -227,10 +241,11 @@ class TaskRunner:
 
     async def _settle(
         self, session_id: str, outcome: TaskOutcome, lease: str, *, run_ended: bool
-    ) -> None:
+    ) -> bool:
+        """Settle; whether the session has been released (its thread must go)."""
         cause = outcome.cause if isinstance(outcome, Failed) else None
         encoded = outcome_to_json(outcome, RemoteCause.of(cause) if cause is not None else None)
-        result, _ = await self._store.settle(
+        settlement = await self._store.settle(
             session_id,
             outcome.task_id.value,
             _STATE_OF[type(outcome)].value,
@@ -238,11 +253,12 @@ class TaskRunner:
             lease=lease,
             run_ended=run_ended,
         )
-        if result is SettleResult.STALE:
+        if settlement.result is SettleResult.STALE:
             log.warning("task %s: settle refused, the lease was taken over", outcome.task_id)
-        elif result is SettleResult.TERMINAL and run_ended:
+        elif settlement.result is SettleResult.TERMINAL and run_ended:
             # Settled elsewhere (cleanup bound): the run has ended now, free the session.
             await self._store.release(session_id, outcome.task_id.value, lease)
+        return settlement.session_released
 
     async def _renew(self, live: LiveRun, session_id: str, lease: str) -> None:
         interval = max(self._settings.lease_ttl.total_seconds() / 3, 0.05)
@@ -255,13 +271,12 @@ class TaskRunner:
                 live.cancel_requested.set()
             await asyncio.sleep(interval)
 
-    async def _cleanup_if_released(self, session_id: str) -> None:
-        session = await self._store.session_record(session_id)
-        if session.get("closed") == "1" and session.get("persistent") != "1":
-            try:
-                await self._delete_thread(self._store.keys.thread_id(session_id))
-            except Exception:
-                log.exception("deleting the checkpoint thread of released session %s", session_id)
+    async def _delete_released_thread(self, session_id: str) -> None:
+        """The session was released while this run went on: its last writes must go too."""
+        try:
+            await self._delete_thread(self._store.keys.thread_id(session_id))
+        except Exception:
+            log.exception("deleting the checkpoint thread of released session %s", session_id)
 
 
 class ThreadDeleter:

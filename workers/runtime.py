@@ -233,10 +233,10 @@ class WorkerRuntime:
                 raise RuntimeStoppedError("the worker runtime stopped during the run") from None
             raise
 
-    def run_task(self, task_id: str) -> None:
+    def run_task(self, task_id: str, session_id: str | None = None) -> None:
         self.start()
         assert self._state is not None
-        self.call(self._state.runner.run(task_id))
+        self.call(self._state.runner.run(task_id, session_id))
 
     def stop(self) -> None:
         """Close the loop. Runs still in progress are cancelled; their task functions

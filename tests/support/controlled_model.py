@@ -122,11 +122,11 @@ class ControlledChatModel(BaseChatModel):
         task_id = str(metadata.get("ahp_task_id", ""))
         running = running_key(str(metadata.get("ahp_session_id", "")))
         call = {"task": task_id, "texts": [message.text for message in messages]}
-        await self._step(redis, redis.incr(IN_FLIGHT))
-        # Two model calls of one session at once would mean two graph runs on one thread.
-        if await redis.incr(running) > 1:
-            await redis.incr(OVERLAPS)
+        # Bookkeeping runs to completion whatever happens to the call, so the counters
+        # never leak: a cancellation during it is taken after it (or ignored, if so set).
+        entered = asyncio.ensure_future(self._enter(redis, running))
         try:
+            await self._finish_then_honour_cancel(redis, entered)
             await self._step(redis, redis.rpush(CALLS, json.dumps(call)))
             await self._wait_while_held(redis)
             if self.scripted:
@@ -143,8 +143,32 @@ class ControlledChatModel(BaseChatModel):
                 )
                 yield chunk
         finally:
-            await self._step(redis, redis.decr(running))
-            await self._step(redis, redis.decr(IN_FLIGHT))
+            await asyncio.shield(entered)
+            await asyncio.shield(self._leave(redis, running))
+
+    async def _finish_then_honour_cancel(self, redis: Redis, work: asyncio.Future[None]) -> None:
+        cancelled = False
+        while not work.done():
+            try:
+                await asyncio.shield(work)
+            except asyncio.CancelledError:
+                cancelled = True
+        if cancelled:
+            await asyncio.shield(redis.incr(CANCELLATIONS))
+            if not self.ignore_cancellation:
+                raise asyncio.CancelledError
+
+    @staticmethod
+    async def _enter(redis: Redis, running: str) -> None:
+        await redis.incr(IN_FLIGHT)
+        # Two model calls of one session at once would mean two graph runs on one thread.
+        if await redis.incr(running) > 1:
+            await redis.incr(OVERLAPS)
+
+    @staticmethod
+    async def _leave(redis: Redis, running: str) -> None:
+        await redis.decr(running)
+        await redis.decr(IN_FLIGHT)
 
     async def _step(self, redis: Redis, command: Awaitable[Any]) -> None:
         """Await one command; a model that ignores cancellation ignores it here too."""
