@@ -45,7 +45,7 @@ class CheckpointCleanupError(CeleryHarnessError):
 class RemoteTaskError(CeleryHarnessError):
     """An exception raised on a worker, carried back across the process boundary.
 
-    Only its type name, module and message cross the wire (never a pickled object).
+    Only its type name, module and message cross the wire: no pickle.
     """
 
     def __init__(self, type_name: str, module: str, message: str) -> None:

@@ -1,4 +1,4 @@
-"""Build the chat model a profile names, by import path (never from a pickled object)."""
+"""Build the chat model a profile names, by import path (no pickle: nothing is unpickled)."""
 
 from __future__ import annotations
 
