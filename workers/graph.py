@@ -101,8 +101,15 @@ class ModelGraph:
         """Call the model through ``astream``: unlike ``ainvoke`` (which gathers), a model
         that finishes despite a cancellation really returns its message."""
         final: BaseMessageChunk | None = None
-        async for chunk in self._model.astream(messages, config):
-            final = chunk if final is None else final + chunk
+        finished = False
+        try:
+            async for chunk in self._model.astream(messages, config):
+                final = chunk if final is None else final + chunk
+                finished = getattr(chunk, "chunk_position", None) == "last"
+        except asyncio.CancelledError:
+            # The model had already delivered its last chunk: completion won the race.
+            if not finished:
+                raise
         if final is None:
             raise RuntimeError("the model streamed no message")
         return message_chunk_to_message(final)

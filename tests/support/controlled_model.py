@@ -144,7 +144,9 @@ class ControlledChatModel(BaseChatModel):
                 yield chunk
         finally:
             await asyncio.shield(entered)
-            await asyncio.shield(self._leave(redis, running))
+            await self._finish_then_honour_cancel(
+                redis, asyncio.ensure_future(self._leave(redis, running))
+            )
 
     async def _finish_then_honour_cancel(self, redis: Redis, work: asyncio.Future[None]) -> None:
         cancelled = False
