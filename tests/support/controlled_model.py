@@ -185,8 +185,17 @@ class ControlledChatModel(BaseChatModel):
                     pending.cancel()
                     raise
 
+    async def _honour_swallowed_cancel(self, redis: Redis) -> None:
+        """redis-py can finish a command whose task was cancelled and drop the
+        CancelledError; the task still counts the request, so honour it here."""
+        task = asyncio.current_task()
+        if not self.ignore_cancellation and task is not None and task.cancelling() > 0:
+            await asyncio.shield(redis.incr(CANCELLATIONS))
+            raise asyncio.CancelledError
+
     async def _wait_while_held(self, redis: Redis) -> None:
         while True:
+            await self._honour_swallowed_cancel(redis)
             try:
                 held, aborted = await redis.mget(HELD, ABORT)
                 if aborted:
@@ -208,6 +217,7 @@ class ControlledChatModel(BaseChatModel):
         cursor = 0
         pending: list[str] = []
         while True:
+            await self._honour_swallowed_cancel(redis)
             try:
                 if not pending:
                     if await redis.exists(ABORT):
