@@ -261,15 +261,19 @@ class TaskRunner:
         return settlement.session_released
 
     async def _renew(self, live: LiveRun, session_id: str, lease: str) -> None:
+        """Extend the lease every third of its TTL and read the durable cancel flag.
+
+        The claim has just set a full TTL, and the run was registered for cancellation
+        messages before it claimed, so the first renewal waits one interval."""
         interval = max(self._settings.lease_ttl.total_seconds() / 3, 0.05)
         while True:
+            await asyncio.sleep(interval)
             held, cancel = await self._store.renew(session_id, live.task_id, lease, self._lease_ms)
             if not held:
                 live.lease_lost.set()
                 return
             if cancel:
                 live.cancel_requested.set()
-            await asyncio.sleep(interval)
 
     async def _delete_released_thread(self, session_id: str) -> None:
         """The session was released while this run went on: its last writes must go too."""
