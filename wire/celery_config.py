@@ -31,8 +31,17 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_default_queue": settings.queue,
         "task_routes": {RUN_TASK: {"queue": settings.queue}},
         "broker_transport_options": {"visibility_timeout": visibility},
+        # A worker outlives a broker restart: it keeps reconnecting (forever, with
+        # Celery's backoff) at startup and after losing the connection, and the runs in
+        # progress go on meanwhile. They renew their session leases in Redis, and a
+        # message handed out again after the loss finds the task running (claim: busy)
+        # or settled (claim: terminal), so it never starts a second run. Celery warns
+        # (CPendingDeprecationWarning, in the worker) on every connection loss that
+        # this default of 5.x changes in 6.0; set explicitly, it stays False.
         "broker_connection_retry_on_startup": True,
+        "broker_connection_retry": True,
+        "broker_connection_max_retries": None,
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
         "task_publish_retry": False,
         "worker_hijack_root_logger": False,
-        "worker_cancel_long_running_tasks_on_connection_loss": False,
     }

@@ -46,9 +46,20 @@ class Keys:
         """Counter: the last fencing token issued for the session's lease (INCR)."""
         return f"{self.namespace}:session:{session_id}:fence"
 
+    def handles(self, session_id: str) -> str:
+        """Sorted set: open caller handles of a persistent session (member: handle id,
+        score: expiry in ms). Callers refresh their handles; a dead caller's lapse."""
+        return f"{self.namespace}:session:{session_id}:handles"
+
     def thread_id(self, session_id: str) -> str:
         """The LangGraph checkpoint ``thread_id`` of a session: the session id itself."""
         return session_id
+
+    def checkpoint_latest(self, session_id: str) -> str:
+        """String owned by langgraph-checkpoint-redis: the key of the thread's latest
+        checkpoint (root namespace ``""`` is stored as ``__empty__``). Read only, to tell
+        whether a persistent session's stored history is available."""
+        return f"checkpoint_latest:{self.thread_id(session_id)}:__empty__"
 
     # -- tasks --------------------------------------------------------------------------
     def task_prefix(self) -> str:
@@ -62,6 +73,11 @@ class Keys:
     def events(self, task_id: str) -> str:
         """Stream: the task's semantic events and provider diagnostics, in order."""
         return f"{self.namespace}:task:{task_id}:events"
+
+    def running(self) -> str:
+        """Sorted set: tasks a worker has claimed and not settled (member: task id,
+        score: claim time in ms). The sweeper looks here for runs whose lease lapsed."""
+        return f"{self.namespace}:running"
 
     # -- control ------------------------------------------------------------------------
     def cancel_channel(self) -> str:

@@ -32,8 +32,8 @@ local function usage_add(a, b)
 end
 -- Record a terminal outcome: commit session usage once, append the terminal event,
 -- free the session when no graph run holds it any more, and bound the retention.
-local function settle(task, session, events, lease, task_id, state, outcome, lease_value,
-                      run_ended, retention)
+local function settle(task, session, events, lease, running, task_id, state, outcome,
+                      lease_value, run_ended, retention)
   local session_usage = cjson.null
   if redis.call('EXISTS', session) == 1 then
     local stored = redis.call('HGET', session, 'usage')
@@ -45,6 +45,11 @@ local function settle(task, session, events, lease, task_id, state, outcome, lea
   local encoded = cjson.encode(outcome)
   redis.call('HSET', task, 'state', state, 'outcome', encoded)
   redis.call('XADD', events, '*', 'k', 'e', 't', 'terminal', 'd', encoded)
+  redis.call('ZREM', running, task_id)
+  if state == 'completed' and redis.call('EXISTS', session) == 1 then
+    -- A completed turn wrote a checkpoint: the session now has stored history.
+    redis.call('HINCRBY', session, 'turns', 1)
+  end
   local held = redis.call('GET', lease)
   if run_ended and held and held == lease_value then
     redis.call('DEL', lease)
@@ -107,10 +112,16 @@ return 1
 """
 
 # KEYS[1] task hash, KEYS[2] session lease, KEYS[3] session fence counter, KEYS[4] events,
-# KEYS[5] session hash
-# ARGV[1] worker token, ARGV[2] lease milliseconds, ARGV[3] the session id the message names
+# KEYS[5] session hash, KEYS[6] running set
+# ARGV[1] worker token, ARGV[2] lease milliseconds, ARGV[3] the session id the message names,
+# ARGV[4] task id, ARGV[5] worker-loss policy ('resume' | 'unresolved'),
+# ARGV[6] most deliveries, ARGV[7] outcome JSON if the lost run may not resume,
+# ARGV[8] outcome JSON if the deliveries are exhausted, ARGV[9] retention seconds
+# A task found 'running' without a lease lost its worker: it resumes under a higher fence,
+# or is settled by the deployment's policy, its cancel request or the delivery bound.
 # Returns {'claimed', lease value, previous state, deliveries, task fields, session fields}
 #         | {'missing'} | {'terminal'} | {'busy'} (another live run holds the session)
+#         | {'lost'} | {'exhausted'} (settled here)
 CLAIM = (
     _PRELUDE
     + """
@@ -119,11 +130,30 @@ if not state then return {'missing'} end
 if redis.call('HGET', KEYS[1], 'session') ~= ARGV[3] then return {'missing'} end
 if TERMINAL[state] then return {'terminal'} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy'} end
+local retention = tonumber(ARGV[9])
+if state == 'running' then
+  -- A lost run of a task whose cancellation was requested is not resumed: nobody saw
+  -- whether it stopped.
+  if ARGV[5] ~= 'resume' or redis.call('HGET', KEYS[1], 'cancel') == '1' then
+    settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], ARGV[4], 'unresolved',
+           cjson.decode(ARGV[7]), '', false, retention)
+    return {'lost'}
+  end
+  if tonumber(redis.call('HGET', KEYS[1], 'deliveries') or '0') >= tonumber(ARGV[6]) then
+    settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], ARGV[4], 'failed',
+           cjson.decode(ARGV[8]), '', false, retention)
+    return {'exhausted'}
+  end
+end
 local deliveries = redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
 local fence = redis.call('INCR', KEYS[3])
 local value = fence .. ':' .. ARGV[1]
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('SET', KEYS[2], value, 'PX', ARGV[2])
-redis.call('HSET', KEYS[1], 'state', 'running', 'fence', fence)
+redis.call('HSET', KEYS[1], 'state', 'running', 'fence', fence, 'claimed_ms', now_ms)
+redis.call('HDEL', KEYS[1], 'recover_at')
+redis.call('ZADD', KEYS[6], now_ms, ARGV[4])
 if state == 'starting' then
   redis.call('XADD', KEYS[4], '*', 'k', 'e', 't', 'started', 'd', '{}')
 end
@@ -151,7 +181,8 @@ return count
 """
 )
 
-# KEYS[1] task hash, KEYS[2] session hash, KEYS[3] events, KEYS[4] session lease
+# KEYS[1] task hash, KEYS[2] session hash, KEYS[3] events, KEYS[4] session lease,
+# KEYS[5] running set
 # ARGV[1] lease value ('' when the caller settles without holding the lease)
 # ARGV[2] terminal state, ARGV[3] outcome JSON, ARGV[4] '1' if the settling run ended,
 # ARGV[5] task id, ARGV[6] retention seconds of the task record and stream
@@ -168,13 +199,14 @@ if TERMINAL[state] then
   return {'terminal', redis.call('HGET', KEYS[1], 'outcome'), released}
 end
 if ARGV[1] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[1] then return {'stale'} end
-local encoded = settle(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[2],
+local encoded = settle(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[2],
                        cjson.decode(ARGV[3]), ARGV[1], ARGV[4] == '1', tonumber(ARGV[6]))
 return {'settled', encoded, released}
 """
 )
 
-# KEYS[1] task hash, KEYS[2] session hash, KEYS[3] events, KEYS[4] session lease
+# KEYS[1] task hash, KEYS[2] session hash, KEYS[3] events, KEYS[4] session lease,
+# KEYS[5] running set
 # ARGV[1] task id, ARGV[2] cancel channel, ARGV[3] retention seconds
 # Records the request durably (once). A task no worker claimed yet is settled Cancelled
 # with measured-zero usage right here, so it can never start; a running one is told at
@@ -189,8 +221,8 @@ if TERMINAL[state] then return {'terminal'} end
 local first = redis.call('HSETNX', KEYS[1], 'cancel', '1')
 if state == 'starting' then
   local outcome = {type='cancelled', task_id=ARGV[1], output=cjson.null, usage=usage_zero()}
-  local encoded = settle(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], 'cancelled', outcome,
-                         '', false, tonumber(ARGV[3]))
+  local encoded = settle(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], 'cancelled',
+                         outcome, '', false, tonumber(ARGV[3]))
   return {'settled', encoded}
 end
 redis.call('PUBLISH', ARGV[2], ARGV[1])
@@ -223,6 +255,84 @@ end
 return 1
 """
 )
+
+# KEYS[1] task hash, KEYS[2] session lease, KEYS[3] session hash, KEYS[4] events,
+# KEYS[5] running set
+# ARGV[1] task id, ARGV[2] worker-loss policy, ARGV[3] outcome JSON if the lost run may not
+# resume, ARGV[4] milliseconds before another sweep may republish it, ARGV[5] retention
+# A claimed task whose lease lapsed lost its worker. Returns {'gone'} (settled or not
+# running) | {'alive'} (its lease is held) | {'pending'} (republished moments ago)
+# | {'lost'} (settled Unresolved here) | {'republish'} (the caller publishes it again).
+RECOVER = (
+    _PRELUDE
+    + """
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= 'running' then
+  redis.call('ZREM', KEYS[5], ARGV[1])
+  return {'gone'}
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'alive'} end
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local at = tonumber(redis.call('HGET', KEYS[1], 'recover_at') or '0')
+if at > now_ms then return {'pending'} end
+if ARGV[2] ~= 'resume' or redis.call('HGET', KEYS[1], 'cancel') == '1' then
+  settle(KEYS[1], KEYS[3], KEYS[4], KEYS[2], KEYS[5], ARGV[1], 'unresolved',
+         cjson.decode(ARGV[3]), '', false, tonumber(ARGV[5]))
+  return {'lost'}
+end
+redis.call('HSET', KEYS[1], 'recover_at', now_ms + tonumber(ARGV[4]))
+redis.call('HINCRBY', KEYS[1], 'recoveries', 1)
+return {'republish'}
+"""
+)
+
+# KEYS[1] session hash, KEYS[2] session handles, KEYS[3] session lease,
+# KEYS[4] the thread's latest-checkpoint pointer
+# ARGV[1] task key prefix, ARGV[2] spec JSON, ARGV[3] handle id, ARGV[4] handle TTL ms,
+# ARGV[5] profile name, ARGV[6] profile digest
+# Opens one more handle on a persistent session. The configuration (spec) may change only
+# while no other handle is open. Returns {'ok'} | {'unknown'} | {'profile'}
+# | {'unconfirmed', ref} | {'busy', task id} | {'outlived'} | {'configured'}
+# | {'unavailable'} (the record has history but the checkpoint thread is gone)
+REOPEN = (
+    _PRELUDE
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'unknown'} end
+local record = redis.call('HMGET', KEYS[1], 'persistent', 'closed', 'blocked', 'active',
+                          'spec', 'profile', 'profile_digest', 'turns')
+if record[1] ~= '1' or record[2] == '1' then return {'unknown'} end
+if record[6] ~= ARGV[5] or record[7] ~= ARGV[6] then return {'profile'} end
+if record[3] and record[3] ~= '' then return {'unconfirmed', record[3]} end
+local active = record[4]
+if active and active ~= '' then
+  local state = redis.call('HGET', ARGV[1] .. active, 'state')
+  if state and not TERMINAL[state] then return {'busy', active} end
+end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {'outlived'} end
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+if record[5] ~= ARGV[2] and redis.call('ZCARD', KEYS[2]) > 0 then return {'configured'} end
+if tonumber(record[8] or '0') > 0 then
+  local latest = redis.call('GET', KEYS[4])
+  if not latest or redis.call('EXISTS', latest) == 0 then return {'unavailable'} end
+end
+redis.call('HSET', KEYS[1], 'spec', ARGV[2])
+redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[4]), ARGV[3])
+return {'ok'}
+"""
+)
+
+# KEYS[1] session handles
+# ARGV[1] handle TTL ms, ARGV[2..] handle ids
+# Registers or refreshes open handles (the caller's heartbeat).
+TOUCH_HANDLES = """
+local now = redis.call('TIME')
+local expiry = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[1])
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], expiry, ARGV[i]) end
+return #ARGV - 1
+"""
 
 # KEYS[1] session lease
 # ARGV[1] lease value

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from enum import StrEnum
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .keys import require_valid_id
+
+
+class WorkerLossPolicy(StrEnum):
+    """What happens to a task whose worker was lost mid-run (killed, OOM, partitioned)."""
+
+    RESUME = "resume"
+    """Run it again from the session's last checkpoint, under a higher fence."""
+    UNRESOLVED = "unresolved"
+    """Settle it ``Unresolved(OBSERVATION_LOST)``: the lost run's effects are unknown."""
 
 
 class Settings(BaseSettings):
@@ -37,8 +47,28 @@ class Settings(BaseSettings):
     cleanup_per_task: timedelta = Field(default=timedelta(seconds=1))
     cleanup_total: timedelta = Field(default=timedelta(seconds=3))
     lease_ttl: timedelta = Field(
-        default=timedelta(seconds=10),
-        description="A session lease expires this long after its holder stopped renewing.",
+        default=timedelta(seconds=6),
+        description="A session lease expires this long after its holder stopped renewing; "
+        "a lost worker's task is recovered about this long after the loss.",
+    )
+    on_worker_loss: WorkerLossPolicy = Field(
+        default=WorkerLossPolicy.RESUME,
+        description="resume: rerun a lost worker's task from the last checkpoint; "
+        "unresolved: settle it Unresolved(observation_lost).",
+    )
+    max_deliveries: int = Field(
+        default=3,
+        ge=1,
+        description="A task whose worker was lost this many times ends Failed (poison task).",
+    )
+    sweep_interval: timedelta = Field(
+        default=timedelta(seconds=1),
+        description="How often each worker looks for claimed tasks whose lease lapsed.",
+    )
+    handle_ttl: timedelta = Field(
+        default=timedelta(seconds=30),
+        description="An open handle of a persistent session counts as open this long after "
+        "its caller last refreshed it (a crashed caller's handles lapse).",
     )
     visibility_timeout: timedelta = Field(
         default=timedelta(hours=2),
@@ -49,7 +79,13 @@ class Settings(BaseSettings):
     event_buffer_capacity: int = Field(default=256, ge=2)
 
     @field_validator(
-        "cleanup_per_task", "cleanup_total", "lease_ttl", "visibility_timeout", mode="before"
+        "cleanup_per_task",
+        "cleanup_total",
+        "lease_ttl",
+        "visibility_timeout",
+        "sweep_interval",
+        "handle_ttl",
+        mode="before",
     )
     @classmethod
     def _plain_seconds(cls, value: object) -> object:

@@ -31,6 +31,39 @@ class ClaimResult(StrEnum):
     MISSING = "missing"
     TERMINAL = "terminal"
     BUSY = "busy"
+    LOST = "lost"
+    EXHAUSTED = "exhausted"
+
+
+class RecoverResult(StrEnum):
+    GONE = "gone"
+    ALIVE = "alive"
+    PENDING = "pending"
+    LOST = "lost"
+    REPUBLISH = "republish"
+
+
+class ReopenResult(StrEnum):
+    OK = "ok"
+    UNKNOWN = "unknown"
+    PROFILE = "profile"
+    UNCONFIRMED = "unconfirmed"
+    BUSY = "busy"
+    OUTLIVED = "outlived"
+    CONFIGURED = "configured"
+    UNAVAILABLE = "unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class LossPolicy:
+    """What a claim does with a task whose previous run lost its worker."""
+
+    resume: bool
+    max_deliveries: int
+    lost_outcome: str
+    """Outcome JSON (Unresolved, observation lost) used when the run may not resume."""
+    exhausted_outcome: str
+    """Outcome JSON (Failed) used when the task has been delivered ``max_deliveries`` times."""
 
 
 class SettleResult(StrEnum):
@@ -91,6 +124,9 @@ class RecordStore:
         self._renew: AsyncScript = redis.register_script(scripts.RENEW)
         self._release: AsyncScript = redis.register_script(scripts.RELEASE)
         self._holds: AsyncScript = redis.register_script(scripts.HOLDS)
+        self._recover: AsyncScript = redis.register_script(scripts.RECOVER)
+        self._reopen: AsyncScript = redis.register_script(scripts.REOPEN)
+        self._touch: AsyncScript = redis.register_script(scripts.TOUCH_HANDLES)
 
     # -- sessions ---------------------------------------------------------------------
     async def create_session(self, session_id: str, fields: Mapping[str, str]) -> None:
@@ -104,6 +140,35 @@ class RecordStore:
     async def close_session(self, session_id: str) -> None:
         key = self.keys.session(session_id)
         await self.redis.hset(key, "closed", "1")
+
+    async def reopen(
+        self,
+        session_id: str,
+        spec_json: str,
+        handle_id: str,
+        handle_ttl_ms: int,
+        profile: tuple[str, str],
+    ) -> tuple[ReopenResult, str]:
+        """Open one more handle on a persistent session (see ``scripts.REOPEN``)."""
+        reply = await self._reopen(
+            keys=[
+                self.keys.session(session_id),
+                self.keys.handles(session_id),
+                self.keys.lease(session_id),
+                self.keys.checkpoint_latest(session_id),
+            ],
+            args=[self.keys.task_prefix(), spec_json, handle_id, handle_ttl_ms, *profile],
+        )
+        values = [_text(item) for item in reply]
+        return ReopenResult(values[0]), values[1] if len(values) > 1 else ""
+
+    async def touch_handles(self, session_id: str, handle_ids: Sequence[str], ttl_ms: int) -> None:
+        """Register or refresh open handles of a persistent session."""
+        if handle_ids:
+            await self._touch(keys=[self.keys.handles(session_id)], args=[ttl_ms, *handle_ids])
+
+    async def drop_handle(self, session_id: str, handle_id: str) -> None:
+        await self.redis.zrem(self.keys.handles(session_id), handle_id)
 
     async def lease_holder(self, session_id: str) -> str:
         return _text(await self.redis.get(self.keys.lease(session_id)))
@@ -135,7 +200,9 @@ class RecordStore:
         raw = await self.redis.hgetall(self.keys.task(task_id))
         return {_text(key): _text(value) for key, value in raw.items()}
 
-    async def claim(self, session_id: str, task_id: str, token: str, lease_ms: int) -> Claim:
+    async def claim(
+        self, session_id: str, task_id: str, token: str, lease_ms: int, policy: LossPolicy
+    ) -> Claim:
         """Claim the task and the session lease; returns both records on success."""
         reply = await self._claim(
             keys=[
@@ -144,8 +211,19 @@ class RecordStore:
                 self.keys.fence(session_id),
                 self.keys.events(task_id),
                 self.keys.session(session_id),
+                self.keys.running(),
             ],
-            args=[token, lease_ms, session_id],
+            args=[
+                token,
+                lease_ms,
+                session_id,
+                task_id,
+                "resume" if policy.resume else "unresolved",
+                policy.max_deliveries,
+                policy.lost_outcome,
+                policy.exhausted_outcome,
+                TASK_RETENTION_SECONDS,
+            ],
         )
         result = ClaimResult(_text(reply[0]))
         if result is not ClaimResult.CLAIMED:
@@ -158,6 +236,32 @@ class RecordStore:
             _fields(reply[4]),
             _fields(reply[5]),
         )
+
+    async def running_tasks(self) -> list[str]:
+        """Task ids claimed by some worker and not settled yet."""
+        return [_text(item) for item in await self.redis.zrange(self.keys.running(), 0, -1)]
+
+    async def recover(
+        self, session_id: str, task_id: str, policy: LossPolicy, holdoff_ms: int
+    ) -> RecoverResult:
+        """Sweep one claimed task: is its run alive, or must it be resumed or settled?"""
+        reply = await self._recover(
+            keys=[
+                self.keys.task(task_id),
+                self.keys.lease(session_id),
+                self.keys.session(session_id),
+                self.keys.events(task_id),
+                self.keys.running(),
+            ],
+            args=[
+                task_id,
+                "resume" if policy.resume else "unresolved",
+                policy.lost_outcome,
+                holdoff_ms,
+                TASK_RETENTION_SECONDS,
+            ],
+        )
+        return RecoverResult(_text(reply[0]))
 
     async def append(
         self, session_id: str, task_id: str, lease: str, entries: Sequence[tuple[str, str, str]]
@@ -184,6 +288,7 @@ class RecordStore:
                 self.keys.session(session_id),
                 self.keys.events(task_id),
                 self.keys.lease(session_id),
+                self.keys.running(),
             ],
             args=[
                 lease,
@@ -207,6 +312,7 @@ class RecordStore:
                 self.keys.session(session_id),
                 self.keys.events(task_id),
                 self.keys.lease(session_id),
+                self.keys.running(),
             ],
             args=[task_id, self.keys.cancel_channel(), TASK_RETENTION_SECONDS],
         )
