@@ -13,6 +13,8 @@ from typing import Any
 from celery import Celery
 from celery.exceptions import Reject
 from celery.signals import worker_process_init, worker_process_shutdown, worker_ready
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from wire.celery_config import RUN_TASK, celery_config
 from wire.profiles import AgentProfile
@@ -25,7 +27,18 @@ from .runtime import WorkerRuntime
 def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None = None) -> Celery:
     app = Celery("ahp_workers", set_as_current=False)
     app.conf.update(celery_config(settings))
-    runtime = WorkerRuntime(settings, profiles)
+
+    def republish(task_id: str, session_id: str) -> None:
+        # Publish retry stays off: the sweeper's hold-off decides when to try again.
+        app.send_task(
+            RUN_TASK,
+            kwargs={"namespace": settings.namespace, "task_id": task_id, "session_id": session_id},
+            task_id=task_id,
+            queue=settings.queue,
+            retry=False,
+        )
+
+    runtime = WorkerRuntime(settings, profiles, republish=republish)
     app.ahp_runtime = runtime
 
     @app.task(  # type: ignore[untyped-decorator]
@@ -41,6 +54,11 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
         except RuntimeStoppedError as error:
             # Shutting down mid-run: hand the message back instead of acknowledging it.
             raise Reject(str(error), requeue=True) from error
+        except (RedisConnectionError, RedisTimeoutError) as error:
+            # Redis went away (restarting) before the claim or during the run: hand the
+            # message back. Its next delivery claims the task, finds it running under a
+            # live lease (dropped; the sweeper resumes it if that run is gone) or settled.
+            raise Reject(f"Redis unreachable: {error}", requeue=True) from error
 
     def start_in_child(**_: Any) -> None:
         runtime.start()

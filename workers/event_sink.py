@@ -3,31 +3,51 @@
 Emitting never blocks the graph: entries queue in memory and one background flusher
 appends everything pending in a single fenced script call, so a burst of token deltas
 costs a few round trips, not one per token.
+
+An append that fails on a lost connection (Redis restarting) is retried with backoff,
+in order, and exactly once: the sink knows the stream's length before each append (it
+reads it once when it starts; under the lease only this run adds non-terminal entries),
+so after a failure it can tell whether the batch landed before the connection dropped
+and append it again only if it did not. The fence check stays with the script: a retry
+is refused (-1) when the lease is no longer this run's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from wire.store import RecordStore
 
 log = logging.getLogger(__name__)
 
 _BATCH = 512
+_RETRY_FIRST_DELAY = 0.05
+_RETRY_MAX_DELAY = 1.0
+
+_Entry = tuple[str, str, str]
 
 
 class EventSink:
+    retry_window: float = 60.0
+    """Seconds a failing append is retried; then the entries are dropped and the sink
+    counts its lease as lost (a lease that could not be renewed that long has lapsed)."""
+
     def __init__(self, store: RecordStore, session_id: str, task_id: str, lease: str) -> None:
         self._store = store
         self._session_id = session_id
         self._task_id = task_id
         self._lease = lease
-        self._pending: list[tuple[str, str, str]] = []
+        self._pending: list[_Entry] = []
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
         self._closing = False
+        self._length: int | None = None  # stream entries, as of this sink's last append
         self.lease_lost = False
         self.task_settled = False
 
@@ -52,6 +72,9 @@ class EventSink:
             await self._write_pending()
 
     async def _flush_forever(self) -> None:
+        # The stream's length is read while the graph starts, off the first event's path.
+        async with self._lock:
+            await self._learn_length()
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -63,10 +86,10 @@ class EventSink:
         async with self._lock:
             while self._pending and not (self.lease_lost or self.task_settled):
                 batch = self._pending[:_BATCH]
-                del self._pending[:_BATCH]
-                written = await self._store.append(
-                    self._session_id, self._task_id, self._lease, batch
-                )
+                # The batch leaves the queue only once its fate is known: entries emitted
+                # meanwhile queue behind it, so the order holds across retries.
+                written = await self._append(batch)
+                del self._pending[: len(batch)]
                 if written < 0:
                     log.warning("task %s lost its session lease; events dropped", self._task_id)
                     self.lease_lost = True
@@ -74,3 +97,80 @@ class EventSink:
                     self.task_settled = True
             if self.lease_lost or self.task_settled:
                 self._pending.clear()
+
+    async def _learn_length(self) -> None:
+        """Read the stream's length once, retrying while Redis is unreachable."""
+        started: float | None = None
+        delay = _RETRY_FIRST_DELAY
+        while self._length is None:
+            try:
+                self._length = int(await self._store.redis.xlen(self._events_key))
+            except (RedisConnectionError, RedisTimeoutError) as error:
+                started, delay, keep_trying = await self._back_off(started, delay, error)
+                if not keep_trying:
+                    return  # the first append learns it then
+
+    @property
+    def _events_key(self) -> str:
+        return self._store.keys.events(self._task_id)
+
+    async def _append(self, batch: Sequence[_Entry]) -> int:
+        """Append ``batch`` exactly once; the script's result (the number appended, 0 if
+        the task is terminal, -1 if the lease is not this run's)."""
+        started: float | None = None
+        delay = _RETRY_FIRST_DELAY
+        unsure = False  # an append was sent and no reply came back: it may have landed
+        while True:
+            sending = False
+            try:
+                if self._length is None:
+                    self._length = int(await self._store.redis.xlen(self._events_key))
+                elif unsure:
+                    length = int(await self._store.redis.xlen(self._events_key))
+                    if length == self._length + len(batch):
+                        log.info("task %s: a batch had landed before the drop", self._task_id)
+                        self._length = length
+                        return len(batch)
+                    # Unchanged: it did not land; send it again. Anything else: another
+                    # writer (a settle, a new lease holder) wrote meanwhile, and the
+                    # script's lease and terminal checks decide.
+                    unsure = False
+                sending = True
+                written = await self._store.append(
+                    self._session_id, self._task_id, self._lease, batch
+                )
+            except (RedisConnectionError, RedisTimeoutError) as error:
+                unsure = unsure or sending
+                started, delay, keep_trying = await self._back_off(started, delay, error)
+                if not keep_trying:
+                    return -1
+                continue
+            if started is not None:
+                log.info("task %s: events appended after reconnecting", self._task_id)
+            if written > 0:
+                self._length += written
+            return written
+
+    async def _back_off(
+        self, started: float | None, delay: float, error: BaseException
+    ) -> tuple[float, float, bool]:
+        """Sleep before the next attempt; ``(started, next delay, keep trying)``."""
+        now = asyncio.get_running_loop().time()
+        if started is None:
+            started = now
+            log.warning(
+                "task %s: appending events failed (%s: %s); retrying",
+                self._task_id,
+                type(error).__name__,
+                error,
+            )
+        remaining = started + self.retry_window - now
+        if remaining <= 0:
+            log.error(
+                "task %s: Redis unreachable for %.0f s; events dropped",
+                self._task_id,
+                now - started,
+            )
+            return started, delay, False
+        await asyncio.sleep(min(delay, remaining))
+        return started, min(delay * 2, _RETRY_MAX_DELAY), True

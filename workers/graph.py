@@ -12,6 +12,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
+    AIMessage,
     AnyMessage,
     BaseMessage,
     BaseMessageChunk,
@@ -114,6 +115,23 @@ class ModelGraph:
             raise RuntimeError("the model streamed no message")
         return message_chunk_to_message(final)
 
+    async def checkpointed_answer(self, thread_id: str, task_id: str) -> AIMessage | None:
+        """The answer to task ``task_id``'s input if the thread's latest checkpoint has it."""
+        if not task_id:
+            return None
+        snapshot = await self._graph.aget_state({"configurable": {"thread_id": thread_id}})
+        messages: list[BaseMessage] = list((snapshot.values or {}).get("messages", []))
+        for index, message in enumerate(messages):
+            if isinstance(message, HumanMessage) and message.id == task_id:
+                answer: AIMessage | None = None
+                for later in messages[index + 1 :]:
+                    if isinstance(later, HumanMessage):
+                        break
+                    if isinstance(later, AIMessage):
+                        answer = later
+                return answer
+        return None
+
     def stream_turn(
         self,
         thread_id: str,
@@ -126,8 +144,11 @@ class ModelGraph:
             "configurable": {"thread_id": thread_id, INSTRUCTIONS: instructions},
             "metadata": dict(metadata),
         }
+        # The input message carries the task id, so a resumed task can tell whether its
+        # lost run already checkpointed this turn (see ``checkpointed_answer``).
+        task_id = metadata.get(TASK_ID) or None
         stream: AsyncIterator[tuple[str, Any]] = self._graph.astream(
-            {"messages": [HumanMessage(content=text)]},
+            {"messages": [HumanMessage(content=text, id=task_id)]},
             config,
             stream_mode=["messages", "updates"],
             durability="exit",

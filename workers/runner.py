@@ -21,18 +21,31 @@ from agent_harness_protocol import (
     TextOutput,
     Unresolved,
     UnresolvedReason,
+    Warning,
+    WarningKind,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from wire.codec import RemoteCause, loads, outcome_to_json, spec_from_json, usage_from_json
+from wire.codec import (
+    SEMANTIC,
+    RemoteCause,
+    event_to_entry,
+    loads,
+    outcome_to_json,
+    spec_from_json,
+    usage_from_json,
+)
 from wire.keys import is_valid_id
 from wire.profiles import AgentProfile, CancellationSemantics
 from wire.settings import Settings
-from wire.store import ClaimResult, RecordStore, SettleResult
+from wire.store import ClaimResult, RecordStore, Settlement, SettleResult
 
 from .checkpoints import HeldLease, LeaseRegistry
 from .errors import ModelCallCancelledError, ProfileMismatchError, StaleLeaseError
 from .event_sink import EventSink
 from .graph import ModelCalls, ModelGraph
+from .loss import loss_policy
 from .turn import TurnResult, TurnTranslator, run_turn
 
 log = logging.getLogger(__name__)
@@ -45,6 +58,9 @@ class LiveRun:
     task_id: str
     cancel_requested: asyncio.Event = field(default_factory=asyncio.Event)
     lease_lost: asyncio.Event = field(default_factory=asyncio.Event)
+    handed_back: bool = False
+    """The worker is stopping and the graph run ended unsettled: the lease is handed back
+    so the redelivered message resumes the task at once."""
 
 
 class GraphProvider:
@@ -100,11 +116,17 @@ class TaskRunner:
         live = LiveRun(task_id)
         self._runs[task_id] = live
         try:
-            claim = await self._store.claim(session_id, task_id, self._token, self._lease_ms)
+            policy = loss_policy(self._settings, TaskId(task_id))
+            claim = await self._store.claim(
+                session_id, task_id, self._token, self._lease_ms, policy
+            )
             if claim.result is not ClaimResult.CLAIMED:
                 log.info("task %s not run: %s", task_id, claim.result.value)
                 return
-            await self._run_claimed(live, session_id, claim.task, claim.session, claim.lease)
+            resumed = claim.previous_state == TaskState.RUNNING.value
+            await self._run_claimed(
+                live, session_id, claim.task, claim.session, claim.lease, resumed=resumed
+            )
         finally:
             self._runs.pop(task_id, None)
 
@@ -115,6 +137,8 @@ class TaskRunner:
         record: Mapping[str, str],
         session: Mapping[str, str],
         lease: str,
+        *,
+        resumed: bool,
     ) -> None:
         task_id = live.task_id
         held = HeldLease(session_id, lease)
@@ -122,11 +146,22 @@ class TaskRunner:
         self._leases.register(thread_id, held)
         sink = EventSink(self._store, session_id, task_id, lease)
         sink.start()
+        if resumed:
+            tag, payload = event_to_entry(
+                Warning(
+                    TaskId(task_id),
+                    WarningKind.RECOVERABLE,
+                    f"the worker running this task was lost; resuming from the session's "
+                    f"last checkpoint (delivery {record.get('deliveries', '?')}); output "
+                    "streamed before the loss is superseded and usage is unknown",
+                )
+            )
+            sink.emit(SEMANTIC, tag, payload)
         renewer = asyncio.create_task(self._renew(live, session_id, lease))
         run_ended = True
         released = False
         try:
-            outcome = await self._outcome(live, session_id, record, session, sink)
+            outcome = await self._outcome(live, session_id, record, session, sink, resumed)
             await sink.drain()
             if outcome is None or sink.lease_lost or live.lease_lost.is_set():
                 log.warning(
@@ -140,6 +175,12 @@ class TaskRunner:
             await self._settle(session_id, outlived.outcome, lease, run_ended=False)
             with contextlib.suppress(BaseException):
                 await outlived.execution
+        except asyncio.CancelledError:
+            if live.handed_back:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(sink.drain())
+                    await asyncio.shield(self._store.release(session_id, task_id, lease))
+            raise
         finally:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -159,6 +200,7 @@ class TaskRunner:
         record: Mapping[str, str],
         session: Mapping[str, str],
         sink: EventSink,
+        resumed: bool,
     ) -> TaskOutcome | None:
         task = TaskId(live.task_id)
         try:
@@ -174,6 +216,7 @@ class TaskRunner:
             sink,
             session_usage,
             diagnostics=spec.requirements.diagnostics is DiagnosticsRequirement.REQUIRED,
+            usage_known=not resumed,
         )
         metadata = {"ahp_task_id": live.task_id, "ahp_session_id": session_id}
         execution = asyncio.create_task(
@@ -184,10 +227,17 @@ class TaskRunner:
                 text,
                 spec.instructions,
                 metadata,
+                resumed=resumed,
             )
         )
         try:
             return await self._supervise(task, live, profile, execution)
+        except asyncio.CancelledError:
+            # The worker is stopping mid-run: end the graph run before handing it back.
+            execution.cancel()
+            await asyncio.wait({execution}, timeout=self._settings.cleanup_per_task.total_seconds())
+            live.handed_back = execution.done()
+            raise
         finally:
             self._graphs.calls.forget(live.task_id)
 
@@ -245,13 +295,8 @@ class TaskRunner:
         """Settle; whether the session has been released (its thread must go)."""
         cause = outcome.cause if isinstance(outcome, Failed) else None
         encoded = outcome_to_json(outcome, RemoteCause.of(cause) if cause is not None else None)
-        settlement = await self._store.settle(
-            session_id,
-            outcome.task_id.value,
-            _STATE_OF[type(outcome)].value,
-            encoded,
-            lease=lease,
-            run_ended=run_ended,
+        settlement = await self._settle_retrying(
+            session_id, outcome, encoded, lease=lease, run_ended=run_ended
         )
         if settlement.result is SettleResult.STALE:
             log.warning("task %s: settle refused, the lease was taken over", outcome.task_id)
@@ -260,15 +305,67 @@ class TaskRunner:
             await self._store.release(session_id, outcome.task_id.value, lease)
         return settlement.session_released
 
+    async def _settle_retrying(
+        self,
+        session_id: str,
+        outcome: TaskOutcome,
+        encoded: dict[str, object],
+        *,
+        lease: str,
+        run_ended: bool,
+    ) -> Settlement:
+        """Settle, retrying through a Redis outage while the lease may still be ours.
+
+        Settling is idempotent: a repeat of a settle that landed (its reply lost) finds
+        the task terminal and returns the stored outcome."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.lease_ttl.total_seconds()
+        pause = 0.05
+        while True:
+            try:
+                return await self._store.settle(
+                    session_id,
+                    outcome.task_id.value,
+                    _STATE_OF[type(outcome)].value,
+                    encoded,
+                    lease=lease,
+                    run_ended=run_ended,
+                )
+            except (RedisConnectionError, RedisTimeoutError):
+                if loop.time() >= deadline:
+                    raise
+                log.warning(
+                    "task %s: settle failed on a lost connection; retrying", outcome.task_id
+                )
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
     async def _renew(self, live: LiveRun, session_id: str, lease: str) -> None:
         """Extend the lease every third of its TTL and read the durable cancel flag.
 
         The claim has just set a full TTL, and the run was registered for cancellation
         messages before it claimed, so the first renewal waits one interval."""
-        interval = max(self._settings.lease_ttl.total_seconds() / 3, 0.05)
+        ttl = self._settings.lease_ttl.total_seconds()
+        interval = max(ttl / 3, 0.05)
+        loop = asyncio.get_running_loop()
+        renewed_at = loop.time()
+        pause = interval
         while True:
-            await asyncio.sleep(interval)
-            held, cancel = await self._store.renew(session_id, live.task_id, lease, self._lease_ms)
+            await asyncio.sleep(pause)
+            pause = interval
+            try:
+                held, cancel = await self._store.renew(
+                    session_id, live.task_id, lease, self._lease_ms
+                )
+            except (RedisConnectionError, RedisTimeoutError):
+                # Redis is unreachable (restarting): retry soon while the lease may still
+                # be ours; once it may have lapsed, another worker may hold it.
+                if loop.time() - renewed_at < ttl:
+                    log.warning("task %s could not renew its lease; retrying", live.task_id)
+                    pause = min(0.2, interval)
+                    continue
+                held, cancel = False, False
+            renewed_at = loop.time()
             if not held:
                 live.lease_lost.set()
                 return

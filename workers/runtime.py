@@ -13,16 +13,19 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import CancelledError, Future
 from typing import Any, TypeVar
 from uuid import uuid4
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from wire.codec import dumps, loads
 from wire.keys import Keys
 from wire.profiles import AgentProfile, load_profiles
+from wire.redis_options import pool_options
 from wire.settings import Settings
 from wire.store import RecordStore
 
@@ -32,6 +35,7 @@ from .graph import ModelCalls, ModelGraph
 from .import_cache import fail_fast_if_missing
 from .models import build_model
 from .runner import GraphProvider, LiveRun, TaskRunner, ThreadDeleter
+from .sweeper import LeaseSweeper
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,6 +50,7 @@ def _pool(url: str, settings: Settings, *, decode: bool) -> BlockingConnectionPo
         timeout=30,
         decode_responses=decode,
         health_check_interval=30,
+        **pool_options(),  # reconnect connections a restarted Redis closed
     )
 
 
@@ -74,7 +79,12 @@ class _Deleter(ThreadDeleter):
 class _LoopState:
     """Everything that lives inside the worker loop."""
 
-    def __init__(self, settings: Settings, profiles: Mapping[str, AgentProfile]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        profiles: Mapping[str, AgentProfile],
+        republish: Callable[[str, str], None] | None,
+    ) -> None:
         self.settings = settings
         self.keys = Keys(settings.namespace)
         self.redis = Redis(connection_pool=_pool(settings.redis_url, settings, decode=True))
@@ -98,9 +108,19 @@ class _LoopState:
             delete_thread=self.deleter,
         )
         self.background: list[asyncio.Task[None]] = []
+        self.sweeper: LeaseSweeper | None = None
+        if republish is not None:
+            publish = republish
+
+            async def republish_off_loop(task_id: str, session_id: str) -> None:
+                await asyncio.to_thread(publish, task_id, session_id)
+
+            self.sweeper = LeaseSweeper(settings, self.store, republish_off_loop)
 
     async def open(self) -> None:
         await self.saver.asetup()
+        if self.sweeper is not None:
+            self.background.append(asyncio.create_task(self.sweeper.serve()))
         self.background.append(asyncio.create_task(self._listen_for_cancellations()))
         self.background.append(asyncio.create_task(self._serve_maintenance()))
 
@@ -115,13 +135,23 @@ class _LoopState:
             await client.connection_pool.disconnect()
 
     async def _listen_for_cancellations(self) -> None:
-        """Deliver cancellation requests to this process's runs the moment they are made."""
+        """Deliver cancellation requests to this process's runs the moment they are made.
+
+        A lost connection (Redis restarting) is retried with backoff for as long as the
+        process lives. Pub/sub does not replay what was published while this listener
+        was away, so after reconnecting it reads the durable cancel flag of every live
+        run once (the lease renewer reads it too, but only every third of the TTL)."""
         channel = self.keys.cancel_channel()
+        outage = _Outage("cancellation listener")
         while True:
+            _raise_if_cancelled()
             try:
                 async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(channel)
+                    if outage.recovered():
+                        await self._recheck_cancellations()
                     while True:
+                        _raise_if_cancelled()
                         message = await pubsub.get_message(timeout=2.0)
                         if message is None:
                             continue
@@ -130,38 +160,120 @@ class _LoopState:
                             run.cancel_requested.set()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                # Runs also read the durable cancel flag whenever they renew their lease.
-                log.exception("cancellation listener lost its connection; reconnecting")
-                await asyncio.sleep(0.5)
+            except Exception as error:
+                await outage.back_off(error)
+
+    async def _recheck_cancellations(self) -> None:
+        for task_id, run in tuple(self.runs.items()):
+            if await self.redis.hget(self.keys.task(task_id), "cancel") == "1":
+                run.cancel_requested.set()
 
     async def _serve_maintenance(self) -> None:
-        """Delete checkpoint threads of released sessions, outside the Celery slots."""
+        """Delete checkpoint threads of released sessions, outside the Celery slots.
+
+        A lost connection is retried with backoff for as long as the process lives."""
         queue = self.keys.maintenance_queue()
+        outage = _Outage("maintenance consumer")
         while True:
+            _raise_if_cancelled()
             try:
                 item = await self.redis.blpop([queue], timeout=2)
-                if item is None:
-                    continue
-                request = loads(item[1])
-                reply: dict[str, Any] = {"ok": True}
-                try:
-                    if request.get("op") == "delete_thread":
-                        await self.deleter(str(request["thread_id"]))
-                    else:
-                        reply = {"ok": False, "error": f"unknown operation {request.get('op')!r}"}
-                except Exception as error:
-                    reply = {"ok": False, "error": f"{type(error).__name__}: {error}"}
-                key = self.keys.maintenance_reply(str(request["id"]))
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                await outage.back_off(error)
+                continue
+            outage.recovered()
+            if item is not None:
+                await self._answer_maintenance(item[1])
+
+    async def _answer_maintenance(self, raw: str | bytes) -> None:
+        """Carry out one request and push its reply. Both are idempotent, so both are
+        tried again while Redis is unreachable, for at most ``_MAINTENANCE_RETRY_SECONDS``
+        (a caller that stopped waiting meanwhile finds the work done later)."""
+        try:
+            request = loads(raw)
+            key = self.keys.maintenance_reply(str(request["id"]))
+        except Exception:
+            log.exception("malformed maintenance request dropped: %.200r", raw)
+            return
+        outage = _Outage(f"maintenance request {request['id']}")
+        while True:
+            try:
+                reply = await self._carry_out(request)
                 async with self.redis.pipeline(transaction=True) as pipe:
                     pipe.rpush(key, dumps(reply))
                     pipe.expire(key, _REPLY_TTL_SECONDS)
                     await pipe.execute()
+                return
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("maintenance consumer failed; retrying")
-                await asyncio.sleep(0.5)
+            except Exception as error:
+                if outage.seconds() > _MAINTENANCE_RETRY_SECONDS:
+                    log.error("maintenance request %s dropped: %s", request["id"], error)
+                    return
+                await outage.back_off(error)
+
+    async def _carry_out(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The reply to one request; connection errors propagate (the work is retried)."""
+        if request.get("op") != "delete_thread":
+            return {"ok": False, "error": f"unknown operation {request.get('op')!r}"}
+        try:
+            await self.deleter(str(request["thread_id"]))
+        except (RedisConnectionError, RedisTimeoutError):
+            raise
+        except Exception as error:
+            return {"ok": False, "error": f"{type(error).__name__}: {error}"}
+        return {"ok": True}
+
+
+_MAINTENANCE_RETRY_SECONDS = 60.0
+_BACKOFF_FIRST = 0.05
+_BACKOFF_MAX = 1.0
+
+
+def _raise_if_cancelled() -> None:
+    """redis-py can finish a command whose task was cancelled and drop the
+    ``CancelledError``; a loop that would go on forever honours the request here."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+class _Outage:
+    """Backoff and logging of one background consumer's Redis outages: a warning when
+    one begins, a note when it ends, a traceback only for errors that are not about the
+    connection."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._since: float | None = None
+        self._delay = _BACKOFF_FIRST
+
+    def seconds(self) -> float:
+        """How long the current outage has lasted (0 if there is none)."""
+        if self._since is None:
+            return 0.0
+        return asyncio.get_running_loop().time() - self._since
+
+    def recovered(self) -> bool:
+        """Note a success; whether it ended an outage."""
+        if self._since is None:
+            return False
+        log.info("%s: Redis reachable again after %.1f s", self._what, self.seconds())
+        self._since = None
+        self._delay = _BACKOFF_FIRST
+        return True
+
+    async def back_off(self, error: BaseException) -> None:
+        if self._since is None:
+            self._since = asyncio.get_running_loop().time()
+            if isinstance(error, RedisConnectionError | RedisTimeoutError):
+                log.warning("%s: %s: %s; reconnecting", self._what, type(error).__name__, error)
+            else:
+                log.error("%s failed; retrying", self._what, exc_info=error)
+        await asyncio.sleep(self._delay)
+        self._delay = min(self._delay * 2, _BACKOFF_MAX)
 
 
 async def _cancel_runs() -> None:
@@ -176,9 +288,18 @@ async def _cancel_runs() -> None:
 class WorkerRuntime:
     """The per-process loop thread. Thread-safe; start it once per process."""
 
-    def __init__(self, settings: Settings, profiles: Mapping[str, AgentProfile] | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        profiles: Mapping[str, AgentProfile] | None = None,
+        *,
+        republish: Callable[[str, str], None] | None = None,
+    ):
+        """``republish(task_id, session_id)`` publishes a run message again (from a worker
+        thread); without it this process does not sweep for lost tasks."""
         fail_fast_if_missing("langchain")
         self.settings = settings
+        self._republish = republish
         self.profiles = profiles if profiles is not None else load_profiles(settings.profiles)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -207,7 +328,7 @@ class WorkerRuntime:
         asyncio.set_event_loop(loop)
 
         async def open_state() -> None:
-            state = _LoopState(self.settings, self.profiles)
+            state = _LoopState(self.settings, self.profiles, self._republish)
             await state.open()
             self._state = state
 

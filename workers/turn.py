@@ -25,7 +25,7 @@ from wire.codec import DIAGNOSTIC, SEMANTIC, diagnostic_to_entry, event_to_entry
 from wire.provider import PROVIDER
 
 from .event_sink import EventSink
-from .graph import ModelGraph
+from .graph import TASK_ID, ModelGraph
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +68,13 @@ class TurnTranslator:
         sink: EventSink,
         session_usage: AgentUsage,
         diagnostics: bool,
+        usage_known: bool = True,
     ) -> None:
         self._task_id = task_id
         self._sink = sink
         self._session_usage = session_usage
         self._diagnostics = diagnostics
+        self._usage_known = usage_known
         self._final: AIMessage | None = None
 
     def _emit(self, event: Any) -> None:
@@ -101,12 +103,17 @@ class TurnTranslator:
                         self._final = message
                 self._diagnose("updates", {"node": str(node), "messages": len(messages)})
 
+    def adopt(self, final: AIMessage) -> None:
+        """The turn's answer, read back from the checkpoint a lost run wrote."""
+        self._final = final
+
     def finish(self) -> TurnResult:
         final = self._final
         if final is None:
             return TurnResult(None, AgentUsage.UNKNOWN, StopReason.PROVIDER_STOPPED)
         text = final.text
-        usage = usage_of(final)
+        # A resumed task's lost run may have used tokens nobody measured.
+        usage = usage_of(final) if self._usage_known else AgentUsage.UNKNOWN
         message_id = MessageId(final.id or uuid4().hex)
         self._emit(MessageCompleted(self._task_id, message_id, text, MessageRole.ANSWER))
         self._emit(UsageChanged(self._task_id, usage, self._session_usage + usage))
@@ -120,7 +127,17 @@ async def run_turn(
     text: str,
     instructions: str | None,
     metadata: Mapping[str, str],
+    *,
+    resumed: bool = False,
 ) -> TurnResult:
+    """Run the turn; a resumed task whose lost run already checkpointed its answer is
+    finished from that checkpoint instead of running (and appending its input) again."""
+    task_id = str(metadata.get(TASK_ID, ""))
+    if resumed:
+        answer = await graph.checkpointed_answer(thread_id, task_id)
+        if answer is not None:
+            translator.adopt(answer)
+            return translator.finish()
     async for mode, payload in graph.stream_turn(thread_id, text, instructions, metadata):
         translator.observe(mode, payload)
     return translator.finish()

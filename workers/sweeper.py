@@ -1,0 +1,82 @@
+"""Find tasks whose worker was lost, and resume or settle them within seconds.
+
+A run renews its session lease every third of ``lease_ttl``. When its worker dies
+(SIGKILL, OOM, a lost machine) the lease lapses, but the broker would only redeliver the
+unacknowledged message after the visibility timeout (hours). Every worker therefore sweeps
+the running set every ``sweep_interval``: a claimed task whose lease lapsed is published
+again (the next claim resumes it from the last checkpoint under a higher fence, or fails it
+once ``max_deliveries`` is reached) or settled ``Unresolved(OBSERVATION_LOST)``, as the
+deployment declares. The decision is one atomic script, so many sweeping workers publish a
+lost task at most once per ``lease_ttl``; a duplicate message is harmless anyway, because
+the claim admits one run per session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+from agent_harness_protocol import TaskId
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from wire.settings import Settings
+from wire.store import RecordStore, RecoverResult
+
+from .loss import loss_policy
+
+log = logging.getLogger(__name__)
+
+Republish = Callable[[str, str], Awaitable[None]]
+"""Publishes a run message again: ``republish(task_id, session_id)``."""
+
+
+class LeaseSweeper:
+    def __init__(self, settings: Settings, store: RecordStore, republish: Republish) -> None:
+        self._settings = settings
+        self._store = store
+        self._republish = republish
+        self._holdoff_ms = int(settings.lease_ttl.total_seconds() * 1000)
+
+    async def serve(self) -> None:
+        """Sweep until cancelled; a failed sweep is logged and retried next interval."""
+        interval = self._settings.sweep_interval.total_seconds()
+        while True:
+            # Jitter spreads the sweeps of many workers over the interval.
+            await asyncio.sleep(interval * random.uniform(0.5, 1.5))
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except (RedisConnectionError, RedisTimeoutError) as error:
+                log.warning("lease sweep skipped, Redis unreachable: %s", error)
+            except Exception:
+                log.exception("lease sweep failed; retrying")
+
+    async def sweep(self) -> list[str]:
+        """One pass; returns the ids of the tasks it published again or settled."""
+        recovered: list[str] = []
+        for task_id in await self._store.running_tasks():
+            session_id = (await self._store.task_record(task_id)).get("session", "")
+            if not session_id:
+                continue
+            policy = loss_policy(self._settings, TaskId(task_id))
+            result = await self._store.recover(session_id, task_id, policy, self._holdoff_ms)
+            if result is RecoverResult.LOST:
+                log.warning("task %s lost its worker; settled unresolved", task_id)
+                recovered.append(task_id)
+            elif result is RecoverResult.REPUBLISH:
+                log.warning("task %s lost its worker; publishing it again", task_id)
+                try:
+                    await self._republish(task_id, session_id)
+                except Exception:
+                    # The hold-off lapses and a later sweep publishes it again.
+                    log.exception("publishing lost task %s again failed", task_id)
+                    continue
+                recovered.append(task_id)
+        return recovered
+
+
+__all__ = ["LeaseSweeper", "Republish"]
