@@ -62,9 +62,7 @@ def support_report(profile: AgentProfile) -> SupportReport:
                 "this graph has no caller approval route yet; DENY_ALL is admitted"
             ),
             Capability.QUESTIONS: Unsupported("this graph has no caller question route yet"),
-            Capability.PERSISTENCE: Unsupported(
-                "sessions are not reopenable yet: no persistent session reference is issued"
-            ),
+            Capability.PERSISTENCE: SUPPORTED,
             Capability.WORKSPACE: Unsupported("the model-only graph establishes no workspace"),
             Capability.EXECUTION_CONSTRAINT: Unsupported(
                 "the harness cannot enforce the model provider's filesystem or network policy"
@@ -110,13 +108,7 @@ def validate_session(profile: AgentProfile, spec: SessionSpec) -> CompatibilityR
         issues.append(
             CompatibilityIssue("requirements.questions", "this graph cannot route caller answers")
         )
-    if requirements.persistence is not None:
-        issues.append(
-            CompatibilityIssue(
-                "requirements.persistence",
-                "persistent sessions are not offered by this harness yet",
-            )
-        )
+    issues.extend(_persistence_issues(spec))
     if requirements.workspace is not None:
         issues.append(
             CompatibilityIssue("requirements.workspace", "the graph establishes no workspace")
@@ -156,6 +148,30 @@ def validate_session(profile: AgentProfile, spec: SessionSpec) -> CompatibilityR
             )
         )
     return CompatibilityReport(issues)
+
+
+def _persistence_issues(spec: SessionSpec) -> list[CompatibilityIssue]:
+    """Persistent context lives in Redis: any harness in any process of the deployment
+    can reopen it (across harness and process restarts). Its tasks are exclusive."""
+    persistence = spec.requirements.persistence
+    issues: list[CompatibilityIssue] = []
+    if persistence is None:
+        return issues
+    if persistence.concurrent_access:
+        issues.append(
+            CompatibilityIssue(
+                "requirements.persistence.concurrent_access",
+                "handles of one persistent context share it, but its tasks run one at a time",
+            )
+        )
+    if spec.requirements.retention is ContextRetentionRequirement.EPHEMERAL:
+        issues.append(
+            CompatibilityIssue(
+                "requirements.retention",
+                "a persistent session keeps its context after release; it cannot be ephemeral",
+            )
+        )
+    return issues
 
 
 def validate_task(request: TaskRequest) -> CompatibilityReport:

@@ -10,6 +10,12 @@ descends from one root::
     ├── RemoteTaskError             the worker-side exception behind a Failed outcome
     ├── SessionBusyError            another task of the session has not settled yet
     ├── UnknownSessionError         no session with that id exists in this namespace
+    ├── UnknownPersistentSessionError   (also IncompatibleRequirementError) a reference
+    │                               names no persistent context of this namespace
+    ├── PersistentConfigurationError    (also IncompatibleRequirementError) reopening
+    │                               would change the context's profile or configuration
+    ├── StoredHistoryUnavailableError   (also HarnessTransportError) the context's
+    │                               checkpoint history is missing from storage
     └── EmbeddedRedisError          the embedded Redis server could not be managed
         ├── EmbeddedRedisAlreadyStartedError
         ├── RedisPortInUseError
@@ -20,7 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agent_harness_protocol import SessionId
+from agent_harness_protocol import (
+    CompatibilityIssue,
+    HarnessTransportError,
+    IncompatibleRequirementError,
+    SessionId,
+)
 
 
 class CeleryHarnessError(RuntimeError):
@@ -63,6 +74,29 @@ class SessionBusyError(CeleryHarnessError):
 
 class UnknownSessionError(CeleryHarnessError, LookupError):
     """The session id names no session of this harness namespace."""
+
+
+class UnknownPersistentSessionError(CeleryHarnessError, IncompatibleRequirementError):
+    """The reference names no persistent context of this namespace (never created,
+    not persistent, or deleted); nothing was created in its place."""
+
+    def __init__(self, session_id: str) -> None:
+        IncompatibleRequirementError.__init__(
+            self,
+            [CompatibilityIssue("reference.id", f"no persistent context {session_id!r} exists")],
+        )
+
+
+class PersistentConfigurationError(CeleryHarnessError, IncompatibleRequirementError):
+    """Reopening would change what the open handles of the context rely on."""
+
+    def __init__(self, path: str, message: str) -> None:
+        IncompatibleRequirementError.__init__(self, [CompatibilityIssue(path, message)])
+
+
+class StoredHistoryUnavailableError(CeleryHarnessError, HarnessTransportError):
+    """The context has completed turns but its checkpoint history is not in storage
+    (restore the checkpoint keys, then reopen again)."""
 
 
 class EmbeddedRedisError(CeleryHarnessError):

@@ -11,21 +11,38 @@ from agent_harness_protocol import (
     AgentSession,
     AgentUsage,
     CleanupBudget,
+    CompatibilityIssue,
     CompatibilityReport,
+    HarnessTransportError,
+    IncompatibleRequirementError,
+    PersistentSessionRef,
+    PersistentSessions,
     ProviderId,
+    SessionBlockedError,
     SessionId,
     SessionSpec,
+    StorageNamespace,
     SupportReport,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from wire.codec import dumps, spec_to_json, usage_to_json
+from wire.keys import is_valid_id
 from wire.profiles import AgentProfile, load_profiles, resolve_profile
 from wire.provider import PROVIDER
 from wire.settings import Settings
+from wire.store import ReopenResult
 
 from .admission import support_report, validate_session
-from .errors import CheckpointCleanupError
-from .runtime import CallerRuntime
+from .errors import (
+    CheckpointCleanupError,
+    PersistentConfigurationError,
+    SessionBusyError,
+    StoredHistoryUnavailableError,
+    UnknownPersistentSessionError,
+)
+from .runtime import CallerRuntime, PublisherFactory
 from .session import CelerySession
 
 
@@ -34,7 +51,7 @@ def _observe(task: asyncio.Future[None]) -> None:
         task.exception()
 
 
-class CeleryHarness(AgentHarness):
+class CeleryHarness(AgentHarness, PersistentSessions):
     """Delegate AHP tasks to Celery workers through Redis.
 
     Construction does no I/O; Redis clients open on first use inside the running event
@@ -45,6 +62,8 @@ class CeleryHarness(AgentHarness):
         profile: The agent profile (or its name in the settings' registry) that workers
             run for this harness's sessions.
         profiles: The registry to resolve a profile name in (default: the settings').
+        publisher_factory: Builds the publisher of run messages (default: Celery to the
+            settings' broker). A seam for tests that must control delivery.
     """
 
     def __init__(
@@ -53,8 +72,10 @@ class CeleryHarness(AgentHarness):
         *,
         profile: AgentProfile | str | None = None,
         profiles: Mapping[str, AgentProfile] | None = None,
+        publisher_factory: PublisherFactory | None = None,
     ) -> None:
         self._settings = settings if settings is not None else Settings()
+        self._publisher_factory = publisher_factory
         if isinstance(profile, AgentProfile):
             self._profile = profile
         else:
@@ -90,29 +111,97 @@ class CeleryHarness(AgentHarness):
 
     def _open(self) -> CallerRuntime:
         if self._runtime is None:
-            self._runtime = CallerRuntime.open(self._settings, self._profile)
+            self._runtime = CallerRuntime.open(
+                self._settings, self._profile, self._publisher_factory
+            )
         return self._runtime
 
     async def create_session(self, spec: SessionSpec) -> AgentSession:
-        """Admit ``spec`` and write the session record; no native work starts."""
+        """Admit ``spec`` and write the session record; no native work starts.
+
+        A spec that requires persistence gets a persistent session: its
+        ``persistent_ref`` reopens it from any process of the deployment."""
         if self._closed:
             raise RuntimeError("harness is closed")
         self.validate(spec).require_compatible()
         runtime = self._open()
         session_id = SessionId(uuid4().hex)
+        persistent = spec.requirements.persistence is not None
+        handle_id = uuid4().hex if persistent else None
         await runtime.store.create_session(
             session_id.value,
             {
                 "spec": dumps(spec_to_json(spec)),
                 "profile": self._profile.name,
                 "profile_digest": self._profile.digest,
-                "persistent": "0",
+                "persistent": "1" if persistent else "0",
                 "active": "",
                 "closed": "0",
+                "turns": "0",
                 "usage": dumps(usage_to_json(AgentUsage.ZERO)),
             },
         )
-        session = CelerySession(runtime, session_id, spec)
+        if handle_id is not None:
+            await runtime.store.touch_handles(session_id.value, (handle_id,), runtime.handle_ttl_ms)
+            runtime.track_handle(session_id.value, handle_id)
+        session = CelerySession(runtime, session_id, spec, handle_id=handle_id)
+        runtime.sessions.add(session)
+        return session
+
+    async def reopen_session(
+        self, reference: PersistentSessionRef, spec: SessionSpec
+    ) -> AgentSession:
+        """Open a new handle on persistent context, from this or any other process.
+
+        Handles of one context share its exclusion and blocking. ``spec`` may change the
+        configuration (instructions) only while no other handle is open.
+
+        Raises:
+            ValueError: the reference belongs to another provider or namespace.
+            UnknownPersistentSessionError: no such persistent context (nothing created).
+            PersistentConfigurationError: another open handle uses a different
+                configuration, or the context belongs to another agent profile.
+            SessionBlockedError: a start of the context is unconfirmed, or a graph run
+                outlived its settled task.
+            SessionBusyError: a task of the context has not settled yet.
+            StoredHistoryUnavailableError: the context's checkpoints are missing.
+            HarnessTransportError: Redis could not be reached.
+        """
+        if self._closed:
+            raise RuntimeError("harness is closed")
+        namespace = StorageNamespace(self._settings.namespace)
+        if reference.provider != PROVIDER or reference.namespace != namespace:
+            raise ValueError(
+                f"reference of {reference.provider.value}/{reference.namespace.value} cannot be "
+                f"reopened by {PROVIDER.value}/{namespace.value}"
+            )
+        if not is_valid_id(reference.id):
+            raise ValueError(f"invalid persistent session id {reference.id!r}")
+        if spec.requirements.persistence is None:
+            raise IncompatibleRequirementError(
+                [
+                    CompatibilityIssue(
+                        "requirements.persistence", "reopening needs a spec that requires it"
+                    )
+                ]
+            )
+        self.validate(spec).require_compatible()
+        runtime = self._open()
+        session_id = SessionId(reference.id)
+        handle_id = uuid4().hex
+        try:
+            result, detail = await runtime.store.reopen(
+                reference.id,
+                dumps(spec_to_json(spec)),
+                handle_id,
+                runtime.handle_ttl_ms,
+                (self._profile.name, self._profile.digest),
+            )
+        except (RedisConnectionError, RedisTimeoutError) as error:
+            raise HarnessTransportError(f"could not reach the session store: {error}") from error
+        _raise_for_reopen(session_id, result, detail)
+        runtime.track_handle(reference.id, handle_id)
+        session = CelerySession(runtime, session_id, spec, handle_id=handle_id)
         runtime.sessions.add(session)
         return session
 
@@ -157,6 +246,34 @@ class CeleryHarness(AgentHarness):
                 raise CheckpointCleanupError(failures)
         finally:
             await runtime.aclose()
+
+
+def _raise_for_reopen(session_id: SessionId, result: ReopenResult, detail: str) -> None:
+    if result is ReopenResult.OK:
+        return
+    if result is ReopenResult.UNKNOWN:
+        raise UnknownPersistentSessionError(session_id.value)
+    if result is ReopenResult.PROFILE:
+        raise PersistentConfigurationError(
+            "reference", "the context belongs to another agent profile or profile version"
+        )
+    if result is ReopenResult.CONFIGURED:
+        raise PersistentConfigurationError(
+            "spec", "another open handle of this context uses a different configuration"
+        )
+    if result is ReopenResult.UNCONFIRMED:
+        raise SessionBlockedError(
+            session_id, f"the start of task {detail} is unconfirmed; it may still run"
+        )
+    if result is ReopenResult.OUTLIVED:
+        raise SessionBlockedError(
+            session_id, "a previous graph run has not ended although its task was settled"
+        )
+    if result is ReopenResult.BUSY:
+        raise SessionBusyError(f"session {session_id.value} is running task {detail}")
+    raise StoredHistoryUnavailableError(
+        f"the checkpoint history of session {session_id.value} is not in storage"
+    )
 
 
 __all__ = ["CeleryHarness"]

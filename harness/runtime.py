@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
@@ -13,10 +15,16 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from wire.codec import dumps, loads
 from wire.keys import Keys
 from wire.profiles import AgentProfile
+from wire.redis_options import pool_options
 from wire.settings import Settings
 from wire.store import RecordStore
 
-from .transport import TaskPublisher
+from .transport import Publisher, TaskPublisher
+
+log = logging.getLogger(__name__)
+
+PublisherFactory = Callable[[Settings], Publisher]
+"""Builds the harness's publisher (default: :class:`TaskPublisher`, Celery to Redis)."""
 
 if TYPE_CHECKING:
     from .session import CelerySession
@@ -34,18 +42,27 @@ class CallerRuntime:
     keys: Keys
     redis: Redis
     store: RecordStore
-    publisher: TaskPublisher
+    publisher: Publisher
     sessions: set[CelerySession] = field(default_factory=set)
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     closed: bool = False
+    handles: dict[str, set[str]] = field(default_factory=dict)
+    """Open handles of persistent sessions, by session id; refreshed by the heartbeat."""
+    _heartbeat: asyncio.Task[None] | None = None
 
     @classmethod
-    def open(cls, settings: Settings, profile: AgentProfile) -> CallerRuntime:
+    def open(
+        cls,
+        settings: Settings,
+        profile: AgentProfile,
+        publisher_factory: PublisherFactory | None = None,
+    ) -> CallerRuntime:
         pool = BlockingConnectionPool.from_url(
             settings.redis_url,
             max_connections=settings.redis_max_connections,
             timeout=30,
             decode_responses=True,
+            **pool_options(),  # reconnect connections a restarted Redis closed
         )
         redis = Redis(connection_pool=pool)
         keys = Keys(settings.namespace)
@@ -55,8 +72,37 @@ class CallerRuntime:
             keys=keys,
             redis=redis,
             store=RecordStore(redis, keys),
-            publisher=TaskPublisher(settings),
+            publisher=(publisher_factory or TaskPublisher)(settings),
         )
+
+    @property
+    def handle_ttl_ms(self) -> int:
+        return int(self.settings.handle_ttl.total_seconds() * 1000)
+
+    def track_handle(self, session_id: str, handle_id: str) -> None:
+        """Keep refreshing a registered handle until it is dropped."""
+        self.handles.setdefault(session_id, set()).add(handle_id)
+        if self._heartbeat is None or self._heartbeat.done():
+            self._heartbeat = self.spawn(self._refresh_handles())
+
+    async def drop_handle(self, session_id: str, handle_id: str) -> None:
+        handles = self.handles.get(session_id, set())
+        handles.discard(handle_id)
+        if not handles:
+            self.handles.pop(session_id, None)
+        await self.store.drop_handle(session_id, handle_id)
+
+    async def _refresh_handles(self) -> None:
+        """Refresh this process's open handles every third of their TTL, so a crashed
+        caller's handles lapse while a live caller's never do."""
+        interval = max(self.settings.handle_ttl.total_seconds() / 3, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            for session_id, handles in tuple(self.handles.items()):
+                try:
+                    await self.store.touch_handles(session_id, tuple(handles), self.handle_ttl_ms)
+                except Exception:
+                    log.warning("could not refresh the handles of session %s", session_id)
 
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)
@@ -86,6 +132,10 @@ class CallerRuntime:
             raise RuntimeError(str(reply.get("error")))
 
     async def aclose(self) -> None:
+        for session_id, handles in tuple(self.handles.items()):
+            for handle_id in tuple(handles):
+                with contextlib.suppress(Exception):
+                    await self.drop_handle(session_id, handle_id)
         for task in tuple(self.background):
             task.cancel()
         if self.background:

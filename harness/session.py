@@ -9,12 +9,14 @@ from agent_harness_protocol import (
     AgentSession,
     AgentTask,
     CompatibilityReport,
+    ContextRetentionDisposition,
     HarnessTransportError,
     PersistentSessionRef,
     SessionBlockedError,
     SessionDisposition,
     SessionId,
     SessionSpec,
+    StorageNamespace,
     TaskId,
     TaskRequest,
     TaskStartUnconfirmedError,
@@ -24,6 +26,7 @@ from agent_harness_protocol import (
 )
 
 from wire.codec import dumps
+from wire.provider import PROVIDER
 from wire.store import StartResult
 
 from .admission import validate_task
@@ -39,10 +42,23 @@ def _observe(task: asyncio.Future[None]) -> None:
 
 
 class CelerySession(AgentSession):
-    def __init__(self, runtime: CallerRuntime, session_id: SessionId, spec: SessionSpec) -> None:
+    """One handle on a session. A persistent session may have many handles (aliases), in
+    any process: they share its exclusion and blocking through Redis. Releasing a handle
+    of a persistent session keeps the context; releasing a non-persistent one deletes it.
+    """
+
+    def __init__(
+        self,
+        runtime: CallerRuntime,
+        session_id: SessionId,
+        spec: SessionSpec,
+        *,
+        handle_id: str | None = None,
+    ) -> None:
         self.runtime = runtime
         self._id = session_id
         self._spec = spec
+        self._handle_id = handle_id
         self._closed = False
         self._current: CeleryTask | None = None
         self._release_task: asyncio.Task[None] | None = None
@@ -56,13 +72,28 @@ class CelerySession(AgentSession):
         return self._spec
 
     @property
+    def persistent(self) -> bool:
+        return self._handle_id is not None
+
+    @property
+    def handle_id(self) -> str | None:
+        """This handle's registration in the session's open-handle set (persistent only)."""
+        return self._handle_id
+
+    @property
     def disposition(self) -> SessionDisposition:
         profile = self.runtime.profile
-        return SessionDisposition(profile.retention, profile.history_visibility)
+        retention = (
+            ContextRetentionDisposition.MATERIALIZED if self.persistent else profile.retention
+        )
+        return SessionDisposition(retention, profile.history_visibility)
 
     @property
     def persistent_ref(self) -> PersistentSessionRef | None:
-        return None
+        if not self.persistent:
+            return None
+        namespace = StorageNamespace(self.runtime.settings.namespace)
+        return PersistentSessionRef(PROVIDER, namespace, self._id.value)
 
     def validate(self, request: TaskRequest) -> CompatibilityReport:
         return validate_task(request)
@@ -136,7 +167,8 @@ class CelerySession(AgentSession):
         started = loop.time()
         budget = self.runtime.settings
         try:
-            await self.runtime.store.close_session(self._id.value)
+            if not self.persistent:
+                await self.runtime.store.close_session(self._id.value)
             task = self._current
             if task is not None:
                 await task.stop(
@@ -144,6 +176,10 @@ class CelerySession(AgentSession):
                     UnresolvedReason.CLEANUP_BOUND_EXCEEDED,
                     "cleanup ended before the worker confirmed that the graph run stopped",
                 )
+            if self._handle_id is not None:
+                # The context stays for reopen_session; only this handle closes.
+                await self.runtime.drop_handle(self._id.value, self._handle_id)
+                return
             remaining = max(0.0, budget.cleanup_total.total_seconds() - (loop.time() - started))
             try:
                 await self.runtime.delete_thread(

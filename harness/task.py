@@ -55,6 +55,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_RECONNECT_FIRST_DELAY = 0.05
+_RECONNECT_MAX_DELAY = 2.0
+
 _STATE_OF_TERMINAL = {
     "TaskCompleted": TaskState.COMPLETED,
     "TaskFailed": TaskState.FAILED,
@@ -68,6 +71,10 @@ def remote_cause(cause: RemoteCause) -> RemoteTaskError:
 
 
 class CeleryTask(AgentTask, TaskDiagnostics):
+    reconnect_window: float = 60.0
+    """Seconds the event reader keeps reconnecting to an unreachable Redis before this
+    handle settles ``Unresolved(OBSERVATION_LOST)``."""
+
     def __init__(self, session: CelerySession, task_id: TaskId) -> None:
         self._session = session
         self._runtime = session.runtime
@@ -177,20 +184,71 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         self._diagnostics.close()
 
     async def _read(self) -> None:
+        """Follow the stream from its first entry until the terminal one.
+
+        A lost connection (Redis restarting, a network blip) is retried with backoff from
+        the last entry id this reader processed, so no entry is skipped or applied twice.
+        Redis unreachable for ``reconnect_window`` seconds ends this handle's observation:
+        it settles ``Unresolved(OBSERVATION_LOST)`` locally (the durable record, which
+        cannot be reached, stays authoritative for the task itself)."""
         key = self._runtime.keys.events(self._id.value)
         last = "0-0"
+        loop = asyncio.get_running_loop()
+        failing_since: float | None = None
+        delay = _RECONNECT_FIRST_DELAY
         while not self._outcome.done():
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError  # redis-py may have dropped it
             try:
                 reply = await self._runtime.redis.xread({key: last}, count=1024, block=2000)
-            except (RedisConnectionError, RedisTimeoutError):
-                log.warning("event stream of task %s: connection lost, resuming", self._id)
-                await asyncio.sleep(0.2)
+            except (RedisConnectionError, RedisTimeoutError) as error:
+                now = loop.time()
+                if failing_since is None:
+                    failing_since = now
+                    log.warning(
+                        "event stream of task %s: %s: %s; reconnecting from entry %s",
+                        self._id.value,
+                        type(error).__name__,
+                        error,
+                        last,
+                    )
+                remaining = failing_since + self.reconnect_window - now
+                if remaining <= 0:
+                    self._lose_observation(now - failing_since, error)
+                    return
+                await asyncio.sleep(min(delay, remaining))
+                delay = min(delay * 2, _RECONNECT_MAX_DELAY)
                 continue
+            if failing_since is not None:
+                log.info(
+                    "event stream of task %s: reconnected after %.1f s",
+                    self._id.value,
+                    loop.time() - failing_since,
+                )
+                failing_since = None
+                delay = _RECONNECT_FIRST_DELAY
             streams = cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply or [])
             for _, entries in streams:
                 for entry_id, fields in entries:
                     last = entry_id
                     self._apply(fields)
+
+    def _lose_observation(self, seconds: float, error: BaseException) -> None:
+        log.error(
+            "event stream of task %s: Redis unreachable for %.0f s; observation lost",
+            self._id.value,
+            seconds,
+        )
+        self._finish(
+            Unresolved(
+                self._id,
+                UnresolvedReason.OBSERVATION_LOST,
+                f"the harness could not reach Redis for {seconds:.0f} s "
+                f"({type(error).__name__}: {error}); the task may still run, and its "
+                "outcome is recorded there",
+            )
+        )
 
     def _apply(self, fields: dict[str, str]) -> None:
         kind, tag, payload = fields.get("k", ""), fields.get("t", ""), fields.get("d", "")

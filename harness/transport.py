@@ -13,6 +13,7 @@ import errno
 import logging
 import socket
 from enum import StrEnum
+from typing import Protocol
 
 from celery import Celery
 
@@ -55,11 +56,35 @@ def classify(error: BaseException) -> PublishFate:
     return PublishFate.UNKNOWN
 
 
+class Publisher(Protocol):
+    """Where a harness publishes run messages; :class:`TaskPublisher` is the real one.
+
+    ``publish`` raises :class:`PublishError` whose ``fate`` says whether the message
+    surely did not reach the broker; ``revoke`` is best effort."""
+
+    async def publish(self, task_id: str, session_id: str | None = None) -> None: ...
+
+    async def revoke(self, task_id: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class TaskPublisher:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._app = Celery("ahp_harness", set_as_current=False)
-        self._app.conf.update(celery_config(settings))
+        config = celery_config(settings)
+        # Connecting is retried briefly (nothing has been sent yet, so this cannot
+        # duplicate a message); a broker that stays down fails the start in about 0.5 s
+        # instead of kombu's default of several seconds.
+        config["broker_transport_options"] = {
+            **config["broker_transport_options"],
+            "max_retries": 2,
+            "interval_start": 0.1,
+            "interval_step": 0.2,
+            "interval_max": 0.5,
+        }
+        self._app.conf.update(config)
 
     def _publish(self, task_id: str, session_id: str | None) -> None:
         kwargs = {"namespace": self._settings.namespace, "task_id": task_id}
