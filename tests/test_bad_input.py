@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 import redis
@@ -15,6 +15,7 @@ from agent_harness_protocol import (
     IncompatibleRequirementError,
     InteractionId,
     PersistenceRequirement,
+    ProviderId,
     RequirementUnconfirmedError,
     SessionBlockedError,
     SessionId,
@@ -30,6 +31,7 @@ from agent_harness_protocol import (
 
 from harness import CeleryHarness
 from harness.admission import MAX_INPUT_CHARACTERS
+from harness.errors import PersistentConfigurationError, UnknownPersistentSessionError
 from wire.errors import ProfileError
 from wire.keys import Keys, require_valid_id
 from wire.settings import Settings
@@ -69,7 +71,7 @@ async def test_every_unkeepable_requirement_is_listed_and_nothing_is_written(
         model="another-model",
         requirements=SessionRequirements(
             approval=ApprovalRequirement.CALLER_DECIDES,
-            persistence=PersistenceRequirement(),
+            persistence=PersistenceRequirement(concurrent_access=True),
             workspace=WorkspaceRequirement(working_directory="."),
         ),
     )
@@ -81,7 +83,7 @@ async def test_every_unkeepable_requirement_is_listed_and_nothing_is_written(
         assert paths == {
             "model",
             "requirements.approval",
-            "requirements.persistence",
+            "requirements.persistence.concurrent_access",
             "requirements.workspace",
         }
         assert harness.validate(spec).issues == caught.value.issues
@@ -158,3 +160,51 @@ async def test_worker_drops_messages_for_unknown_or_hostile_task_ids(
         created = _namespace_keys(sync_redis, settings) - before
         assert all(session.id.value in key or task.id.value in key for key in created), created
         assert len(boundary.calls()) == 1
+
+
+_PERSISTENT = SessionSpec(requirements=SessionRequirements(persistence=PersistenceRequirement()))
+
+
+@pytest.mark.parametrize("hostile", ["../etc", "x:y", "a b", "*", "x" * 129])
+async def test_reopen_of_a_hostile_or_foreign_reference_is_a_value_error_and_writes_nothing(
+    settings: Settings, sync_redis: redis.Redis, hostile: str
+) -> None:
+    async with CeleryHarness(settings, profile="confirmed") as harness:
+        session = await harness.create_session(_PERSISTENT)
+        reference = session.persistent_ref
+        assert reference is not None
+        before = _namespace_keys(sync_redis, settings)
+        with pytest.raises(ValueError, match="invalid persistent session id"):
+            await harness.reopen_session(replace(reference, id=hostile), _PERSISTENT)
+        with pytest.raises(ValueError, match="cannot be reopened"):
+            await harness.reopen_session(
+                replace(reference, provider=ProviderId("another-provider")), _PERSISTENT
+            )
+        assert _namespace_keys(sync_redis, settings) == before
+
+
+async def test_reopen_of_a_non_persistent_session_or_with_a_non_persistent_spec_is_rejected(
+    settings: Settings, sync_redis: redis.Redis
+) -> None:
+    async with CeleryHarness(settings, profile="confirmed") as harness:
+        plain = await harness.create_session(SessionSpec())
+        assert plain.persistent_ref is None
+        persistent = await harness.create_session(_PERSISTENT)
+        reference = persistent.persistent_ref
+        assert reference is not None
+        before = _namespace_keys(sync_redis, settings)
+        with pytest.raises(UnknownPersistentSessionError):
+            await harness.reopen_session(replace(reference, id=plain.id.value), _PERSISTENT)
+        with pytest.raises(IncompatibleRequirementError, match=r"requirements\.persistence"):
+            await harness.reopen_session(reference, SessionSpec())
+        assert _namespace_keys(sync_redis, settings) == before
+
+
+async def test_reopen_by_another_agent_profile_is_rejected(settings: Settings) -> None:
+    async with CeleryHarness(settings, profile="confirmed") as harness:
+        session = await harness.create_session(_PERSISTENT)
+        reference = session.persistent_ref
+        assert reference is not None
+        async with CeleryHarness(settings, profile="unconfirmed") as other:
+            with pytest.raises(PersistentConfigurationError, match="agent profile"):
+                await other.reopen_session(reference, _PERSISTENT)

@@ -17,7 +17,6 @@ import pytest
 from agent_harness_protocol import (
     READ_ONLY,
     SUPPORTED,
-    AgentHarness,
     ApprovalRequirement,
     Capability,
     CompatibilityStatus,
@@ -50,8 +49,6 @@ from agent_harness_protocol.conformance import (
     ObservationLoadConformanceTests,
     RequirementCase,
     RequirementsConformanceTests,
-    RuntimeObservation,
-    RuntimeProfileConformanceTests,
     RuntimeRequirementsFixture,
 )
 
@@ -64,7 +61,6 @@ from .support.fixtures import (
     RequirementProfile,
     RequirementsBinding,
     acceptance,
-    observed,
 )
 from .support.profiles import MODEL_ID
 
@@ -89,12 +85,8 @@ class _Bound:
 # -- runtime ---------------------------------------------------------------------------
 
 
-class TestRuntimeProfile(_Bound, RuntimeProfileConformanceTests):
-    def boundary(self) -> FixtureResource[RuntimeObservation]:
-        return observed(self.model)
-
-    def harness(self, boundary: RuntimeObservation) -> AgentHarness:
-        return CeleryHarness(self.settings, profile="confirmed")
+# ``RuntimePersistenceConformanceTests`` (which runs every runtime-profile case too) is
+# bound in ``tests/test_persistence.py``.
 
 
 # -- cleanup ---------------------------------------------------------------------------
@@ -208,8 +200,33 @@ def _common_cases() -> list[RequirementCase]:
         ),
         _case(
             "persistence",
-            NO,
+            OK,
             _spec(SessionRequirements(persistence=PersistenceRequirement())),
+            Capability.PERSISTENCE,
+        ),
+        _case(
+            "persistence-across-process-restart",
+            OK,
+            _spec(
+                SessionRequirements(persistence=PersistenceRequirement(across_process_restart=True))
+            ),
+            Capability.PERSISTENCE,
+        ),
+        _case(
+            "persistence-concurrent-access",
+            NO,
+            _spec(SessionRequirements(persistence=PersistenceRequirement(concurrent_access=True))),
+            Capability.PERSISTENCE,
+        ),
+        _case(
+            "persistent-but-ephemeral",
+            NO,
+            _spec(
+                SessionRequirements(
+                    persistence=PersistenceRequirement(),
+                    retention=ContextRetentionRequirement.EPHEMERAL,
+                )
+            ),
             Capability.PERSISTENCE,
         ),
         _case(
@@ -269,7 +286,7 @@ def _expected_support(retention: Support, visibility: Support) -> SupportReport:
         {
             Capability.CALLER_APPROVAL: Unsupported("no approval route"),
             Capability.QUESTIONS: Unsupported("no question route"),
-            Capability.PERSISTENCE: Unsupported("no persistent reference"),
+            Capability.PERSISTENCE: SUPPORTED,
             Capability.WORKSPACE: Unsupported("no workspace"),
             Capability.EXECUTION_CONSTRAINT: Unsupported("no enforceable policy"),
             Capability.STRUCTURED_OUTPUT: Unsupported("no structured validation"),

@@ -16,7 +16,6 @@ from agent_harness_protocol.conformance import (
     CleanupBudgetConformanceTests,
     FixtureResource,
     RuntimeObservation,
-    RuntimeProfileConformanceTests,
 )
 
 from harness import CeleryHarness
@@ -25,6 +24,7 @@ from wire.settings import Settings
 
 from .support.boundary import ModelBoundary
 from .support.fixtures import acceptance, observed
+from .support.runtime_persistence import RuntimePersistenceAdmittingProcessRestart
 
 pytestmark = pytest.mark.processes
 
@@ -57,7 +57,9 @@ class _InProcesses:
         self.model = boundary
 
 
-class TestRuntimeProfileInWorkerProcesses(_InProcesses, RuntimeProfileConformanceTests):
+class TestRuntimePersistenceInWorkerProcesses(
+    _InProcesses, RuntimePersistenceAdmittingProcessRestart
+):
     def boundary(self) -> FixtureResource[RuntimeObservation]:
         return observed(self.model)
 

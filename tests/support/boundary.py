@@ -16,6 +16,7 @@ from .controlled_model import (
     IN_FLIGHT,
     OVERLAPS,
     PREFIX,
+    live_members,
     script_key,
 )
 
@@ -58,7 +59,7 @@ class ModelBoundary:
         self._redis.delete(HELD)
 
     def in_flight(self) -> int:
-        return int(self._redis.get(IN_FLIGHT) or 0)
+        return len(live_members(set(self._redis.smembers(IN_FLIGHT))))
 
     def cancellations_total(self) -> int:
         return int(self._redis.get(CANCELLATIONS) or 0)

@@ -6,16 +6,22 @@ from the harness's own state, events or outcomes. Control (hold, release, script
 deltas, completion, failure) also travels through Redis, so it works across processes.
 
 Keys (test-only, outside every deployment namespace), under ``ahp-test:boundary:``:
-``calls`` list of JSON calls, ``held`` hold flag, ``in_flight`` and ``cancellations``
-counters, ``script:<task id>`` scripted commands for one task.
+``calls`` list of JSON calls, ``held`` hold flag, ``in_flight`` set of calls in progress
+(``"<pid>:<call id>"``, so a call of a killed worker is seen to be over),
+``cancellations`` and ``overlaps`` counters, ``running:<session id>`` the calls in
+progress per session, ``script:<task id>`` scripted commands for one task. An input
+containing ``AHP_KILL_WORKER`` makes the model SIGKILL its own worker process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any
+from uuid import uuid4
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -26,7 +32,10 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables.config import ensure_config
 from pydantic import PrivateAttr
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from wire.redis_options import pool_options
 from wire.settings import Settings
 
 PREFIX = "ahp-test:boundary:"
@@ -38,8 +47,30 @@ ABORT = PREFIX + "abort"
 OVERLAPS = PREFIX + "overlaps"
 
 
+KILL_MARKER = "AHP_KILL_WORKER"
+"""An input containing this kills the worker process running the model (a poison task)."""
+
+
 def running_key(session_id: str) -> str:
     return f"{PREFIX}running:{session_id}"
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("State:"):
+                    return "Z" not in line.split(":", 1)[1]
+    except OSError:
+        return False
+    return True
+
+
+def live_members(members: set[str]) -> set[str]:
+    """Calls (``"<pid>:<call id>"``) whose process still runs: a worker killed mid-call
+    leaves its entry behind, but its call is over."""
+    return {member for member in members if process_alive(int(member.split(":", 1)[0]))}
 
 
 class AbortedByTestError(RuntimeError):
@@ -55,6 +86,10 @@ class ControlledChatModel(BaseChatModel):
     ignore_cancellation: bool = False
     scripted: bool = False
     load_chunks: int = 0
+    chunk_delay_ms: int = 0
+    """Pause after each load chunk: the stream takes a while (and spans, e.g., an outage)."""
+    hold_before_reply: bool = False
+    """Stream the load chunks first and wait while held only before the reply chunk."""
     input_tokens: int | None = None
     output_tokens: int | None = None
 
@@ -68,7 +103,7 @@ class ControlledChatModel(BaseChatModel):
         loop = id(asyncio.get_running_loop())
         client = self._clients.get(loop)
         if client is None:
-            client = Redis.from_url(Settings().redis_url, decode_responses=True)
+            client = Redis.from_url(Settings().redis_url, decode_responses=True, **pool_options())
             self._clients[loop] = client
         return client
 
@@ -121,14 +156,22 @@ class ControlledChatModel(BaseChatModel):
         metadata = ensure_config().get("metadata", {})
         task_id = str(metadata.get("ahp_task_id", ""))
         running = running_key(str(metadata.get("ahp_session_id", "")))
-        call = {"task": task_id, "texts": [message.text for message in messages]}
+        call = {
+            "task": task_id,
+            "texts": [message.text for message in messages],
+            "pid": os.getpid(),
+        }
+        member = f"{os.getpid()}:{uuid4().hex}"
         # Bookkeeping runs to completion whatever happens to the call, so the counters
         # never leak: a cancellation during it is taken after it (or ignored, if so set).
-        entered = asyncio.ensure_future(self._enter(redis, running))
+        entered = asyncio.ensure_future(self._enter(redis, running, member))
         try:
             await self._finish_then_honour_cancel(redis, entered)
             await self._step(redis, redis.rpush(CALLS, json.dumps(call)))
-            await self._wait_while_held(redis)
+            if not self.hold_before_reply:
+                await self._wait_while_held(redis)
+            if any(KILL_MARKER in text for text in call["texts"][-1:]):
+                os.kill(os.getpid(), signal.SIGKILL)
             if self.scripted:
                 async for chunk in self._follow_script(redis, task_id):
                     yield chunk
@@ -136,16 +179,20 @@ class ControlledChatModel(BaseChatModel):
             texts = [f"chunk{index} " for index in range(self.load_chunks)] + [self.reply]
             for index, text in enumerate(texts):
                 last = index == len(texts) - 1
+                if last and self.hold_before_reply:
+                    await self._wait_while_held(redis)
                 chunk = ChatGenerationChunk(
                     message=AIMessageChunk(
                         content=text, usage_metadata=self._usage() if last else None
                     )
                 )
                 yield chunk
+                if self.chunk_delay_ms and not last:
+                    await asyncio.sleep(self.chunk_delay_ms / 1000)
         finally:
             await asyncio.shield(entered)
             await self._finish_then_honour_cancel(
-                redis, asyncio.ensure_future(self._leave(redis, running))
+                redis, asyncio.ensure_future(self._leave(redis, running, member))
             )
 
     async def _finish_then_honour_cancel(self, redis: Redis, work: asyncio.Future[None]) -> None:
@@ -161,16 +208,17 @@ class ControlledChatModel(BaseChatModel):
                 raise asyncio.CancelledError
 
     @staticmethod
-    async def _enter(redis: Redis, running: str) -> None:
-        await redis.incr(IN_FLIGHT)
+    async def _enter(redis: Redis, running: str, member: str) -> None:
+        await redis.sadd(IN_FLIGHT, member)
+        await redis.sadd(running, member)
         # Two model calls of one session at once would mean two graph runs on one thread.
-        if await redis.incr(running) > 1:
+        if len(live_members(set(await redis.smembers(running)))) > 1:
             await redis.incr(OVERLAPS)
 
     @staticmethod
-    async def _leave(redis: Redis, running: str) -> None:
-        await redis.decr(running)
-        await redis.decr(IN_FLIGHT)
+    async def _leave(redis: Redis, running: str, member: str) -> None:
+        await redis.srem(running, member)
+        await redis.srem(IN_FLIGHT, member)
 
     async def _step(self, redis: Redis, command: Awaitable[Any]) -> None:
         """Await one command; a model that ignores cancellation ignores it here too."""
@@ -197,7 +245,13 @@ class ControlledChatModel(BaseChatModel):
         while True:
             await self._honour_swallowed_cancel(redis)
             try:
-                held, aborted = await redis.mget(HELD, ABORT)
+                try:
+                    held, aborted = await redis.mget(HELD, ABORT)
+                except (RedisConnectionError, RedisTimeoutError):
+                    # Redis is restarting: the control channel is down, not the "provider";
+                    # a held call stays held until the test can release it.
+                    await asyncio.sleep(0.05)
+                    continue
                 if aborted:
                     raise AbortedByTestError("model call aborted by the test boundary")
                 if not held:

@@ -34,6 +34,14 @@ _ALL = [
     _profile("unconfirmed", cancellation=UNCONFIRMED),
     _profile("ignoring", ignore_cancellation=True),
     _profile("load", load_chunks=400, reply="load-complete"),
+    # Streams for ~2 s, then holds (while the boundary holds) before its reply.
+    _profile(
+        "streaming",
+        load_chunks=40,
+        chunk_delay_ms=50,
+        hold_before_reply=True,
+        reply="stream-complete",
+    ),
     _profile("lifecycle", cancellation=UNCONFIRMED, scripted=True, ignore_cancellation=True),
     _profile("metered", input_tokens=7, output_tokens=3),
     _profile("undeclared"),

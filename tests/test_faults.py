@@ -1,0 +1,408 @@
+"""Faults a worker pool meets, with workers as separate OS processes.
+
+Each test breaks something for real (SIGKILL or SIGTERM of a worker, a task that kills
+its worker, a message delivered twice, a caller process killed) and then checks the
+three promises: no admitted task is lost, each task has exactly one terminal outcome,
+and two graph runs never ran on one session at once (the controlled model counts calls
+of one session that overlapped while both processes were alive). Redis restarts are in
+``tests/test_redis_restart.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from uuid import uuid4
+
+import pytest
+import redis
+from agent_harness_protocol import (
+    AgentTask,
+    Completed,
+    Failed,
+    PersistenceRequirement,
+    PersistentSessionRef,
+    ProviderId,
+    SessionRequirements,
+    SessionSpec,
+    StorageNamespace,
+    TaskEvent,
+    TaskRequest,
+    TerminalEvent,
+    TextInput,
+    Unresolved,
+    UnresolvedReason,
+    Warning,
+)
+from celery import Celery
+
+from harness import CeleryHarness
+from harness.errors import SessionBusyError
+from harness.worker_process import PROJECT_ROOT, WorkerProcess, settings_environment
+from wire.celery_config import RUN_TASK, celery_config
+from wire.keys import Keys
+from wire.settings import Settings, WorkerLossPolicy
+
+from .support.boundary import ModelBoundary
+from .support.controlled_model import KILL_MARKER
+
+pytestmark = pytest.mark.processes
+
+PERSISTENT = SessionSpec(requirements=SessionRequirements(persistence=PersistenceRequirement()))
+
+
+def _fault_settings(settings: Settings, **changes: object) -> Settings:
+    suffix = uuid4().hex[:6]
+    update: dict[str, object] = {
+        "namespace": f"{settings.namespace}-fault-{suffix}",
+        "queue": f"{settings.queue}.fault.{suffix}",
+        "lease_ttl": timedelta(seconds=2),
+        "sweep_interval": timedelta(seconds=0.25),
+        "max_deliveries": 3,
+        **changes,
+    }
+    return settings.model_copy(update=update)
+
+
+class Pool:
+    """Worker processes of one deployment; replaced as tests kill them."""
+
+    def __init__(self, settings: Settings, size: int = 2) -> None:
+        self.settings = settings
+        self.workers = [self._worker() for _ in range(size)]
+
+    def _worker(self) -> WorkerProcess:
+        return WorkerProcess(self.settings, concurrency=2, name="fault")
+
+    def start(self) -> None:
+        with ThreadPoolExecutor(len(self.workers)) as starting:
+            list(starting.map(WorkerProcess.start, self.workers))
+
+    def owner_of(self, pid: int) -> WorkerProcess:
+        group = os.getpgid(pid)
+        return next(worker for worker in self.workers if worker.pid == group)
+
+    def replace(self, worker: WorkerProcess, *, kill: bool = True) -> WorkerProcess:
+        if kill:
+            worker.kill()
+        self.workers.remove(worker)
+        fresh = self._worker()
+        fresh.start()
+        self.workers.append(fresh)
+        return fresh
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.kill()
+
+
+@pytest.fixture(scope="module")
+def pool(settings: Settings) -> Iterator[Pool]:
+    """Two worker processes shared by the tests of this module; killed ones are replaced."""
+    workers = Pool(_fault_settings(settings))
+    workers.start()
+    yield workers
+    workers.stop()
+
+
+@asynccontextmanager
+async def harness_of(pool: Pool) -> AsyncIterator[CeleryHarness]:
+    async with CeleryHarness(pool.settings, profile="confirmed") as harness:
+        yield harness
+
+
+async def _until(predicate: Callable[[], object], what: str = "condition") -> None:
+    """Poll a condition observed in Redis or in the boundary (nothing to wait on)."""
+    try:
+        async with asyncio.timeout(30):
+            while not predicate():  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+async def _collect(task: AgentTask) -> list[TaskEvent]:
+    return [event async for event in task.events()]
+
+
+def _task_record(client: redis.Redis, settings: Settings, task_id: str) -> dict[str, str]:
+    return dict(client.hgetall(Keys(settings.namespace).task(task_id)))  # type: ignore[arg-type]
+
+
+def _terminal_entries(client: redis.Redis, settings: Settings, task_id: str) -> int:
+    entries = client.xrange(Keys(settings.namespace).events(task_id))
+    return sum(1 for _, fields in entries if fields.get("t") == "terminal")  # type: ignore[union-attr]
+
+
+async def test_sigkill_mid_task_resumes_from_the_last_checkpoint_each_time(
+    pool: Pool, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    """Kill the worker running a task twice in a row: the task resumes on another worker
+    from the session's last checkpoint under a higher fence each time, then completes
+    once. Its input reaches the thread once; its usage is unknown."""
+    async with harness_of(pool) as harness:
+        session = await harness.create_session(SessionSpec())
+        first = await session.start_task(TaskRequest(TextInput("history-marker")))
+        assert isinstance(await asyncio.wait_for(first.await_outcome(), 30), Completed)
+        boundary.hold()
+        task = await session.start_task(TaskRequest(TextInput("survives-two-kills")))
+        events = asyncio.create_task(_collect(task))
+        fences: list[int] = []
+        for kill in range(1, 3):
+            await _until(lambda n=kill: len(boundary.calls_for(task.id.value)) >= n)
+            call = boundary.calls_for(task.id.value)[-1]
+            fences.append(int(_task_record(sync_redis, pool.settings, task.id.value)["fence"]))
+            await asyncio.to_thread(pool.replace, pool.owner_of(int(str(call["pid"]))))
+        await _until(lambda: len(boundary.calls_for(task.id.value)) >= 3)
+        boundary.release()
+        outcome = await asyncio.wait_for(task.await_outcome(), 30)
+        seen = await asyncio.wait_for(events, 10)
+
+        assert isinstance(outcome, Completed)
+        assert outcome.usage.input_tokens is None
+        assert outcome.usage.total_tokens is None
+        assert sum(isinstance(event, TerminalEvent) for event in seen) == 1
+        assert isinstance(seen[-1], TerminalEvent)
+        assert sum(isinstance(event, Warning) for event in seen) == 2
+        record = _task_record(sync_redis, pool.settings, task.id.value)
+        assert record["deliveries"] == "3"
+        assert fences[0] < fences[1] < int(record["fence"])
+        assert _terminal_entries(sync_redis, pool.settings, task.id.value) == 1
+        # Every run saw the earlier turn from the checkpoint, and the input exactly once.
+        calls = boundary.calls_for(task.id.value)
+        assert len(calls) == 3
+        for call in calls:
+            texts = list(call["texts"])  # type: ignore[call-overload]
+            assert "history-marker" in texts
+            assert texts.count("survives-two-kills") == 1
+        follow = await session.start_task(TaskRequest(TextInput("after-the-kills")))
+        assert isinstance(await asyncio.wait_for(follow.await_outcome(), 30), Completed)
+        texts = list(boundary.calls_for(follow.id.value)[0]["texts"])  # type: ignore[call-overload]
+        assert texts.count("survives-two-kills") == 1
+        assert boundary.overlaps == 0
+
+
+async def test_lost_worker_ends_the_task_unresolved_when_the_deployment_says_so(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    workers = Pool(_fault_settings(settings, on_worker_loss=WorkerLossPolicy.UNRESOLVED))
+    workers.start()
+    try:
+        async with harness_of(workers) as harness:
+            session = await harness.create_session(SessionSpec())
+            boundary.hold()
+            task = await session.start_task(TaskRequest(TextInput("lost-and-unresolved")))
+            await _until(lambda: bool(boundary.calls_for(task.id.value)))
+            call = boundary.calls_for(task.id.value)[0]
+            loop = asyncio.get_running_loop()
+            killed_at = loop.time()
+            await asyncio.to_thread(workers.replace, workers.owner_of(int(str(call["pid"]))))
+            outcome = await asyncio.wait_for(task.await_outcome(), 30)
+            assert isinstance(outcome, Unresolved)
+            assert outcome.reason is UnresolvedReason.OBSERVATION_LOST
+            assert outcome.usage.total_tokens is None
+            assert loop.time() - killed_at < 10
+            assert len(boundary.calls_for(task.id.value)) == 1  # never run again
+            boundary.release()
+            after = await session.start_task(TaskRequest(TextInput("session-usable-again")))
+            assert isinstance(await asyncio.wait_for(after.await_outcome(), 30), Completed)
+            assert _terminal_entries(sync_redis, workers.settings, task.id.value) == 1
+    finally:
+        boundary.release()
+        workers.stop()
+
+
+async def test_poison_task_fails_after_a_bounded_number_of_deliveries(
+    pool: Pool, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    """A task whose model kills its worker process every time ends Failed after
+    ``max_deliveries`` claims instead of killing workers forever."""
+    async with harness_of(pool) as harness:
+        session = await harness.create_session(SessionSpec())
+        task = await session.start_task(TaskRequest(TextInput(f"poison {KILL_MARKER}")))
+        outcome = await asyncio.wait_for(task.await_outcome(), 60)
+        assert isinstance(outcome, Failed)
+        assert "max_deliveries" in outcome.message
+        assert len(boundary.calls_for(task.id.value)) == pool.settings.max_deliveries
+        record = _task_record(sync_redis, pool.settings, task.id.value)
+        assert record["deliveries"] == str(pool.settings.max_deliveries)
+        assert _terminal_entries(sync_redis, pool.settings, task.id.value) == 1
+        # The pool (its pool children were replaced by Celery) still serves the session.
+        healthy = await session.start_task(TaskRequest(TextInput("after-poison")))
+        assert isinstance(await asyncio.wait_for(healthy.await_outcome(), 60), Completed)
+        assert boundary.overlaps == 0
+
+
+async def test_sigterm_finishes_running_tasks_and_hands_back_queued_ones(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    """A deploy sends SIGTERM to a worker with two running and two queued tasks: the
+    running ones finish on it, the queued ones run on its replacement; none is lost."""
+    workers = Pool(_fault_settings(settings), size=1)
+    workers.start()
+    try:
+        async with harness_of(workers) as harness:
+            sessions = [await harness.create_session(SessionSpec()) for _ in range(4)]
+            boundary.hold()
+            tasks = [
+                await session.start_task(TaskRequest(TextInput(f"deploy-{index}")))
+                for index, session in enumerate(sessions)
+            ]
+            running = tasks[:2]
+            await _until(lambda: all(boundary.calls_for(task.id.value) for task in running))
+            old = workers.workers[0]
+            assert old.pid is not None
+            os.kill(old.pid, signal.SIGTERM)
+            await asyncio.sleep(1.0)  # the warm shutdown is under way
+            assert old.running
+            boundary.release()
+            first_two = await asyncio.wait_for(
+                asyncio.gather(*(task.await_outcome() for task in running)), 30
+            )
+            assert all(isinstance(outcome, Completed) for outcome in first_two)
+            assert await asyncio.to_thread(old.stop) == 0
+            await asyncio.to_thread(workers.replace, old, kill=False)
+            rest = await asyncio.wait_for(
+                asyncio.gather(*(task.await_outcome() for task in tasks[2:])), 30
+            )
+            assert all(isinstance(outcome, Completed) for outcome in rest)
+            for task in tasks:
+                assert len(boundary.calls_for(task.id.value)) == 1
+                assert _terminal_entries(sync_redis, workers.settings, task.id.value) == 1
+            assert boundary.overlaps == 0
+    finally:
+        boundary.release()
+        workers.stop()
+
+
+async def test_a_duplicate_delivery_never_starts_a_second_run(
+    pool: Pool, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    """The same message delivered again (as after a visibility timeout) while the first
+    run is alive, and again after it settled: both copies are dropped."""
+    producer = Celery("duplicate-producer", set_as_current=False)
+    producer.conf.update(celery_config(pool.settings))
+    settings = pool.settings
+
+    def deliver_again(task_id: str, session_id: str) -> None:
+        producer.send_task(
+            RUN_TASK,
+            kwargs={"namespace": settings.namespace, "task_id": task_id, "session_id": session_id},
+            task_id=task_id,
+            queue=settings.queue,
+        )
+
+    try:
+        async with harness_of(pool) as harness:
+            session = await harness.create_session(SessionSpec())
+            boundary.hold()
+            task = await session.start_task(TaskRequest(TextInput("delivered-twice")))
+            await _until(lambda: bool(boundary.calls_for(task.id.value)))
+            fence = _task_record(sync_redis, settings, task.id.value)["fence"]
+            for _ in range(3):
+                await asyncio.to_thread(deliver_again, task.id.value, session.id.value)
+            # Let the copies reach the free worker slots and be dropped.
+            await _until(lambda: sync_redis.llen(settings.queue) == 0, what="copies consumed")
+            await asyncio.sleep(1.0)
+            boundary.release()
+            assert isinstance(await asyncio.wait_for(task.await_outcome(), 30), Completed)
+            await asyncio.to_thread(deliver_again, task.id.value, session.id.value)
+            await _until(lambda: sync_redis.llen(settings.queue) == 0, what="late copy consumed")
+            await asyncio.sleep(0.5)
+            record = _task_record(sync_redis, settings, task.id.value)
+            assert record["deliveries"] == "1"
+            assert record["fence"] == fence
+            assert len(boundary.calls_for(task.id.value)) == 1
+            assert _terminal_entries(sync_redis, settings, task.id.value) == 1
+            assert boundary.overlaps == 0
+    finally:
+        producer.close()
+
+
+_CALLER = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from agent_harness_protocol import (
+        PersistenceRequirement, SessionRequirements, SessionSpec, TaskRequest, TextInput,
+    )
+    from harness import CeleryHarness
+    from wire.settings import Settings
+
+    async def main() -> None:
+        harness = CeleryHarness(Settings(), profile="confirmed")
+        spec = SessionSpec(requirements=SessionRequirements(persistence=PersistenceRequirement()))
+        session = await harness.create_session(spec)
+        first = await session.start_task(TaskRequest(TextInput("caller-one-marker")))
+        await first.await_outcome()
+        print("first-done", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        second = await session.start_task(TaskRequest(TextInput("outlives-its-caller")))
+        ref = session.persistent_ref
+        print(json.dumps({"id": ref.id, "namespace": ref.namespace.value,
+                          "provider": ref.provider.value, "task": second.id.value}), flush=True)
+        await asyncio.sleep(3600)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_killed_caller_does_not_stop_its_task_and_another_process_reopens(
+    pool: Pool, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    """The caller process is SIGKILLed while its task runs. The task still completes;
+    this process (another OS process) reopens the session, and its next task sees the
+    whole history: persistence across process restarts."""
+    env = {**os.environ, **settings_environment(pool.settings)}
+    env = {key: value for key, value in env.items() if value is not None}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    caller = subprocess.Popen(  # noqa: ASYNC220 (read from a thread below)
+        [sys.executable, "-c", _CALLER],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=PROJECT_ROOT,
+    )
+    try:
+        assert caller.stdout is not None
+        assert caller.stdin is not None
+        first = await asyncio.wait_for(asyncio.to_thread(caller.stdout.readline), 60)
+        assert first.strip() == b"first-done"
+        boundary.hold()
+        caller.stdin.write(b"go\n")
+        caller.stdin.flush()
+        line = await asyncio.wait_for(asyncio.to_thread(caller.stdout.readline), 60)
+        started = json.loads(line)
+        task_id = str(started["task"])
+        await _until(lambda: bool(boundary.calls_for(task_id)))
+    finally:
+        caller.kill()
+        caller.wait()
+    reference = PersistentSessionRef(
+        ProviderId(started["provider"]), StorageNamespace(started["namespace"]), started["id"]
+    )
+    async with harness_of(pool) as harness:
+        with pytest.raises(SessionBusyError):
+            await harness.reopen_session(reference, PERSISTENT)
+        boundary.release()
+        await _until(
+            lambda: _task_record(sync_redis, pool.settings, task_id).get("state") == "completed"
+        )
+        session = await harness.reopen_session(reference, PERSISTENT)
+        assert session.persistent_ref == reference
+        task = await session.start_task(TaskRequest(TextInput("after-the-caller-died")))
+        assert isinstance(await asyncio.wait_for(task.await_outcome(), 30), Completed)
+        texts = list(boundary.calls_for(task.id.value)[0]["texts"])  # type: ignore[call-overload]
+        assert "caller-one-marker" in texts
+        assert "outlives-its-caller" in texts
+        assert _terminal_entries(sync_redis, pool.settings, task_id) == 1
+        assert boundary.overlaps == 0
