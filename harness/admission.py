@@ -13,6 +13,7 @@ from agent_harness_protocol import (
     CompatibilityIssue,
     CompatibilityIssueKind,
     CompatibilityReport,
+    ConditionalSupport,
     ContextRetentionDisposition,
     ContextRetentionRequirement,
     NetworkAccess,
@@ -21,6 +22,7 @@ from agent_harness_protocol import (
     StructuredOutputRequirement,
     Support,
     SupportReport,
+    SupportScope,
     TaskRequest,
     TextInput,
     UnknownSupport,
@@ -62,7 +64,12 @@ def support_report(profile: AgentProfile) -> SupportReport:
                 "this graph has no caller approval route yet; DENY_ALL is admitted"
             ),
             Capability.QUESTIONS: Unsupported("this graph has no caller question route yet"),
-            Capability.PERSISTENCE: SUPPORTED,
+            Capability.PERSISTENCE: ConditionalSupport(
+                SupportScope.SESSION,
+                "persistent contexts live in Redis and reopen in any harness of any process "
+                "(across_harness_restart and across_process_restart are kept); "
+                "concurrent_access is rejected: a context's tasks run one at a time",
+            ),
             Capability.WORKSPACE: Unsupported("the model-only graph establishes no workspace"),
             Capability.EXECUTION_CONSTRAINT: Unsupported(
                 "the harness cannot enforce the model provider's filesystem or network policy"
