@@ -17,7 +17,7 @@ from typing import Protocol
 
 from celery import Celery
 
-from wire.celery_config import RUN_TASK, celery_config
+from wire.celery_config import RUN_TASK, START_PRIORITY, celery_config
 from wire.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,7 @@ class TaskPublisher:
             kwargs=kwargs,
             task_id=task_id,
             queue=self._settings.queue,
+            priority=START_PRIORITY,
             retry=False,
         )
 

@@ -406,3 +406,28 @@ async def test_a_killed_caller_does_not_stop_its_task_and_another_process_reopen
         assert "outlives-its-caller" in texts
         assert _terminal_entries(sync_redis, pool.settings, task_id) == 1
         assert boundary.overlaps == 0
+
+
+async def test_a_message_taken_by_a_worker_that_died_before_claiming_is_published_again(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    """A worker killed between taking a message from the broker and claiming its task
+    leaves the task STARTING with its message gone (kombu would only restore it after the
+    visibility timeout). Here the message is taken off the queue for real and dropped
+    before any worker exists; the workers' sweeper publishes the task again."""
+    workers = Pool(_fault_settings(settings))
+    try:
+        async with harness_of(workers) as harness:
+            session = await harness.create_session(SessionSpec())
+            task = await session.start_task(TaskRequest(TextInput("taken-then-lost")))
+            lists = Keys.broker_queue_lists(workers.settings.queue)
+            taken = sync_redis.brpop(list(lists), timeout=5)
+            assert taken is not None
+            assert task.id.value in str(taken[1])
+            await asyncio.to_thread(workers.start)
+            outcome = await asyncio.wait_for(task.await_outcome(), 30)
+            assert isinstance(outcome, Completed)
+            assert len(boundary.calls_for(task.id.value)) == 1
+            assert _terminal_entries(sync_redis, workers.settings, task.id.value) == 1
+    finally:
+        workers.stop()

@@ -142,7 +142,8 @@ async def test_task_cancelled_while_queued_never_reaches_the_model(
     async with CeleryHarness(idle_queue_settings, profile="confirmed") as harness:
         session = await harness.create_session(SessionSpec())
         task = await session.start_task(_request("cancelled-while-queued"))
-        assert sync_redis.llen(idle_queue_settings.queue) == 1
+        idle_list = Keys.broker_queue_lists(idle_queue_settings.queue)[1]  # START_PRIORITY
+        assert sync_redis.llen(idle_list) == 1
         await task.request_cancellation()
         outcome = await task.await_outcome()
         assert isinstance(outcome, Cancelled)
@@ -150,7 +151,7 @@ async def test_task_cancelled_while_queued_never_reaches_the_model(
         assert task.state is TaskState.CANCELLED
         # Now a worker gets the message (moved onto the queue the test worker consumes):
         # it must drop it without running it.
-        sync_redis.lmove(idle_queue_settings.queue, settings.queue, "RIGHT", "LEFT")
+        sync_redis.lmove(idle_list, settings.queue, "RIGHT", "LEFT")
         await wait_for(lambda: sync_redis.llen(settings.queue) == 0)
         await asyncio.sleep(0.5)
         assert not boundary.calls_for(task.id.value)

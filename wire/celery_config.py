@@ -8,6 +8,14 @@ from .settings import Settings
 
 RUN_TASK = "ahp.run_task"
 
+START_PRIORITY = 3
+"""Priority of a new task's run message. kombu's Redis transport serves priority 0 first
+(its BRPOP lists the priority-0 list before the others), so new work waits behind
+recovered work."""
+RESUME_PRIORITY = 0
+"""Priority of a run message the sweeper publishes again: a lost task resumes before
+the backlog of new tasks."""
+
 
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Only JSON on the wire, late acknowledgement, one message prefetched per process."""

@@ -79,6 +79,18 @@ class Keys:
         score: claim time in ms). The sweeper looks here for runs whose lease lapsed."""
         return f"{self.namespace}:running"
 
+    def starting(self) -> str:
+        """Sorted set: tasks started but not yet claimed (member: task id, score: start
+        time in ms). The sweeper republishes one whose message vanished with a worker
+        killed between taking it from the broker and claiming it."""
+        return f"{self.namespace}:starting"
+
+    @staticmethod
+    def broker_queue_lists(queue: str) -> tuple[str, ...]:
+        """Lists owned by kombu's Redis transport that hold a queue's waiting messages,
+        one per priority step (0, 3, 6, 9): ``<queue>`` and ``<queue>\x06\x16<step>``."""
+        return (queue, *(f"{queue}\x06\x16{step}" for step in (3, 6, 9)))
+
     # -- control ------------------------------------------------------------------------
     def cancel_channel(self) -> str:
         """Pub/sub channel: task ids whose cancellation was just requested (the durable

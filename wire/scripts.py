@@ -66,7 +66,7 @@ local function settle(task, session, events, lease, running, task_id, state, out
 end
 """
 
-# KEYS[1] session hash, KEYS[2] task hash, KEYS[3] session lease
+# KEYS[1] session hash, KEYS[2] task hash, KEYS[3] session lease, KEYS[4] starting set
 # ARGV[1] task id, ARGV[2] input JSON, ARGV[3] task key prefix, ARGV[4] session id
 # Returns {'ok'} | {'unknown'} | {'closed'} | {'unconfirmed', ref} | {'busy', task id}
 #         | {'outlived', task id}
@@ -86,6 +86,9 @@ if redis.call('EXISTS', KEYS[3]) == 1 then return {'outlived', active or ''} end
 redis.call('HSET', KEYS[2], 'session', ARGV[4], 'state', 'starting', 'input', ARGV[2],
            'deliveries', 0)
 redis.call('HSET', KEYS[1], 'active', ARGV[1])
+local now = redis.call('TIME')
+redis.call('ZADD', KEYS[4], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000),
+           ARGV[1])
 return {'ok'}
 """
 )
@@ -112,7 +115,7 @@ return 1
 """
 
 # KEYS[1] task hash, KEYS[2] session lease, KEYS[3] session fence counter, KEYS[4] events,
-# KEYS[5] session hash, KEYS[6] running set
+# KEYS[5] session hash, KEYS[6] running set, KEYS[7] starting set
 # ARGV[1] worker token, ARGV[2] lease milliseconds, ARGV[3] the session id the message names,
 # ARGV[4] task id, ARGV[5] worker-loss policy ('resume' | 'unresolved'),
 # ARGV[6] most deliveries, ARGV[7] outcome JSON if the lost run may not resume,
@@ -128,6 +131,7 @@ CLAIM = (
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'missing'} end
 if redis.call('HGET', KEYS[1], 'session') ~= ARGV[3] then return {'missing'} end
+redis.call('ZREM', KEYS[7], ARGV[4])
 if TERMINAL[state] then return {'terminal'} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy'} end
 local retention = tonumber(ARGV[9])
@@ -286,6 +290,49 @@ redis.call('HINCRBY', KEYS[1], 'recoveries', 1)
 return {'republish'}
 """
 )
+
+# KEYS[1] starting set, KEYS[2..] the broker's lists of the run queue
+# ARGV[1] task key prefix, ARGV[2] milliseconds a start may stay unclaimed, ARGV[3]
+# milliseconds before another sweep may republish it, ARGV[4] most queued messages to search
+# A task still 'starting' long after its start, whose message is in no queue list, was
+# taken by a worker that died before claiming it (kombu keeps such a message unacked until
+# the visibility timeout). Returns {task id, session id, ...} to publish again; nothing
+# when the backlog is longer than ARGV[4] (its messages are most likely just waiting).
+RECOVER_STARTING = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local stale = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms - tonumber(ARGV[2]),
+                         'LIMIT', 0, 100)
+local out = {}
+if #stale == 0 then return out end
+local waiting = {}
+local total = 0
+for i = 2, #KEYS do total = total + redis.call('LLEN', KEYS[i]) end
+if total > tonumber(ARGV[4]) then return out end
+for i = 2, #KEYS do
+  for _, item in ipairs(redis.call('LRANGE', KEYS[i], 0, -1)) do
+    table.insert(waiting, item)
+  end
+end
+for _, id in ipairs(stale) do
+  local task = ARGV[1] .. id
+  local record = redis.call('HMGET', task, 'state', 'recover_at', 'session')
+  if record[1] ~= 'starting' then
+    redis.call('ZREM', KEYS[1], id)
+  elseif tonumber(record[2] or '0') <= now_ms then
+    local queued = false
+    for _, item in ipairs(waiting) do
+      if string.find(item, id, 1, true) then queued = true break end
+    end
+    if not queued then
+      redis.call('HSET', task, 'recover_at', now_ms + tonumber(ARGV[3]))
+      table.insert(out, id)
+      table.insert(out, record[3])
+    end
+  end
+end
+return out
+"""
 
 # KEYS[1] session hash, KEYS[2] session handles, KEYS[3] session lease,
 # KEYS[4] the thread's latest-checkpoint pointer

@@ -125,6 +125,7 @@ class RecordStore:
         self._release: AsyncScript = redis.register_script(scripts.RELEASE)
         self._holds: AsyncScript = redis.register_script(scripts.HOLDS)
         self._recover: AsyncScript = redis.register_script(scripts.RECOVER)
+        self._recover_starting: AsyncScript = redis.register_script(scripts.RECOVER_STARTING)
         self._reopen: AsyncScript = redis.register_script(scripts.REOPEN)
         self._touch: AsyncScript = redis.register_script(scripts.TOUCH_HANDLES)
 
@@ -182,6 +183,7 @@ class RecordStore:
                 self.keys.session(session_id),
                 self.keys.task(task_id),
                 self.keys.lease(session_id),
+                self.keys.starting(),
             ],
             args=[task_id, input_json, self.keys.task_prefix(), session_id],
         )
@@ -212,6 +214,7 @@ class RecordStore:
                 self.keys.events(task_id),
                 self.keys.session(session_id),
                 self.keys.running(),
+                self.keys.starting(),
             ],
             args=[
                 token,
@@ -240,6 +243,18 @@ class RecordStore:
     async def running_tasks(self) -> list[str]:
         """Task ids claimed by some worker and not settled yet."""
         return [_text(item) for item in await self.redis.zrange(self.keys.running(), 0, -1)]
+
+    async def recover_starting(
+        self, queue: str, unclaimed_ms: int, holdoff_ms: int, max_search: int = 10_000
+    ) -> list[tuple[str, str]]:
+        """Started tasks whose message vanished unclaimed: ``(task id, session id)``
+        pairs to publish again (see ``scripts.RECOVER_STARTING``)."""
+        reply = await self._recover_starting(
+            keys=[self.keys.starting(), *self.keys.broker_queue_lists(queue)],
+            args=[self.keys.task_prefix(), unclaimed_ms, holdoff_ms, max_search],
+        )
+        items = [_text(item) for item in reply]
+        return list(zip(items[0::2], items[1::2], strict=True))
 
     async def recover(
         self, session_id: str, task_id: str, policy: LossPolicy, holdoff_ms: int

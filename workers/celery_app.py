@@ -16,7 +16,7 @@ from celery.signals import worker_process_init, worker_process_shutdown, worker_
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from wire.celery_config import RUN_TASK, celery_config
+from wire.celery_config import RESUME_PRIORITY, RUN_TASK, celery_config
 from wire.profiles import AgentProfile
 from wire.settings import Settings
 
@@ -35,6 +35,7 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
             kwargs={"namespace": settings.namespace, "task_id": task_id, "session_id": session_id},
             task_id=task_id,
             queue=settings.queue,
+            priority=RESUME_PRIORITY,
             retry=False,
         )
 

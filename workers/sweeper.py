@@ -38,7 +38,13 @@ class LeaseSweeper:
         self._settings = settings
         self._store = store
         self._republish = republish
-        self._holdoff_ms = int(settings.lease_ttl.total_seconds() * 1000)
+        lease_ms = int(settings.lease_ttl.total_seconds() * 1000)
+        # A republished message normally runs first (it has the higher priority); if it
+        # has not been claimed after three lease times it is published once more.
+        self._holdoff_ms = 3 * lease_ms
+        self._unclaimed_ms = lease_ms
+        # The queue lists must be in the records' Redis to be searched atomically.
+        self._search_queue = settings.effective_broker_url == settings.redis_url
 
     async def serve(self) -> None:
         """Sweep until cancelled; a failed sweep is logged and retried next interval."""
@@ -74,6 +80,17 @@ class LeaseSweeper:
                 except Exception:
                     # The hold-off lapses and a later sweep publishes it again.
                     log.exception("publishing lost task %s again failed", task_id)
+                    continue
+                recovered.append(task_id)
+        if self._search_queue:
+            for task_id, session_id in await self._store.recover_starting(
+                self._settings.queue, self._unclaimed_ms, self._holdoff_ms
+            ):
+                log.warning("task %s was taken but never claimed; publishing it again", task_id)
+                try:
+                    await self._republish(task_id, session_id)
+                except Exception:
+                    log.exception("publishing unclaimed task %s again failed", task_id)
                     continue
                 recovered.append(task_id)
         return recovered
