@@ -260,6 +260,28 @@ return 1
 """
 )
 
+# KEYS[1] running set
+# ARGV[1] task key prefix, ARGV[2] session key prefix, ARGV[3] lease key suffix
+# One read of the whole running set per sweep: returns {task id, session id, ...} of the
+# running tasks whose lease lapsed and whose republish hold-off has passed (RECOVER then
+# decides each atomically), and drops members that are no longer running.
+LAPSED = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local out = {}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local record = redis.call('HMGET', ARGV[1] .. id, 'state', 'session', 'recover_at')
+  if record[1] ~= 'running' then
+    redis.call('ZREM', KEYS[1], id)
+  elseif redis.call('EXISTS', ARGV[2] .. record[2] .. ARGV[3]) == 0
+      and tonumber(record[3] or '0') <= now_ms then
+    table.insert(out, id)
+    table.insert(out, record[2])
+  end
+end
+return out
+"""
+
 # KEYS[1] task hash, KEYS[2] session lease, KEYS[3] session hash, KEYS[4] events,
 # KEYS[5] running set
 # ARGV[1] task id, ARGV[2] worker-loss policy, ARGV[3] outcome JSON if the lost run may not
@@ -296,39 +318,43 @@ return {'republish'}
 # milliseconds before another sweep may republish it, ARGV[4] most queued messages to search
 # A task still 'starting' long after its start, whose message is in no queue list, was
 # taken by a worker that died before claiming it (kombu keeps such a message unacked until
-# the visibility timeout). Returns {task id, session id, ...} to publish again; nothing
-# when the backlog is longer than ARGV[4] (its messages are most likely just waiting).
+# the visibility timeout). Each task is looked at once per unclaimed period, and the queue
+# is read only when some task is due. Returns {task id, session id, ...} to publish again;
+# nothing when the backlog is longer than ARGV[4] (its messages are most likely waiting).
 RECOVER_STARTING = """
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local stale = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms - tonumber(ARGV[2]),
                          'LIMIT', 0, 100)
 local out = {}
-if #stale == 0 then return out end
-local waiting = {}
-local total = 0
-for i = 2, #KEYS do total = total + redis.call('LLEN', KEYS[i]) end
-if total > tonumber(ARGV[4]) then return out end
-for i = 2, #KEYS do
-  for _, item in ipairs(redis.call('LRANGE', KEYS[i], 0, -1)) do
-    table.insert(waiting, item)
-  end
-end
+local due = {}
 for _, id in ipairs(stale) do
-  local task = ARGV[1] .. id
-  local record = redis.call('HMGET', task, 'state', 'recover_at', 'session')
+  local record = redis.call('HMGET', ARGV[1] .. id, 'state', 'recover_at', 'session')
   if record[1] ~= 'starting' then
     redis.call('ZREM', KEYS[1], id)
   elseif tonumber(record[2] or '0') <= now_ms then
-    local queued = false
-    for _, item in ipairs(waiting) do
-      if string.find(item, id, 1, true) then queued = true break end
-    end
-    if not queued then
-      redis.call('HSET', task, 'recover_at', now_ms + tonumber(ARGV[3]))
-      table.insert(out, id)
-      table.insert(out, record[3])
-    end
+    table.insert(due, {id, record[3]})
+  end
+end
+if #due == 0 then return out end
+local total = 0
+for i = 2, #KEYS do total = total + redis.call('LLEN', KEYS[i]) end
+if total > tonumber(ARGV[4]) then return out end
+-- The ids each waiting message names (its task id among them), read once.
+local waiting = {}
+for i = 2, #KEYS do
+  for _, item in ipairs(redis.call('LRANGE', KEYS[i], 0, -1)) do
+    for named in string.gmatch(item, '"id": ?"([%w_%.%-]+)"') do waiting[named] = true end
+  end
+end
+for _, task in ipairs(due) do
+  if waiting[task[1]] then
+    -- Still queued: look again one unclaimed period later, not at every sweep.
+    redis.call('HSET', ARGV[1] .. task[1], 'recover_at', now_ms + tonumber(ARGV[2]))
+  else
+    redis.call('HSET', ARGV[1] .. task[1], 'recover_at', now_ms + tonumber(ARGV[3]))
+    table.insert(out, task[1])
+    table.insert(out, task[2])
   end
 end
 return out

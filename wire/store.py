@@ -125,6 +125,7 @@ class RecordStore:
         self._release: AsyncScript = redis.register_script(scripts.RELEASE)
         self._holds: AsyncScript = redis.register_script(scripts.HOLDS)
         self._recover: AsyncScript = redis.register_script(scripts.RECOVER)
+        self._lapsed: AsyncScript = redis.register_script(scripts.LAPSED)
         self._recover_starting: AsyncScript = redis.register_script(scripts.RECOVER_STARTING)
         self._reopen: AsyncScript = redis.register_script(scripts.REOPEN)
         self._touch: AsyncScript = redis.register_script(scripts.TOUCH_HANDLES)
@@ -240,9 +241,17 @@ class RecordStore:
             _fields(reply[5]),
         )
 
-    async def running_tasks(self) -> list[str]:
-        """Task ids claimed by some worker and not settled yet."""
-        return [_text(item) for item in await self.redis.zrange(self.keys.running(), 0, -1)]
+    async def lapsed_tasks(self) -> list[tuple[str, str]]:
+        """``(task id, session id)`` of running tasks whose lease lapsed and whose
+        republish hold-off passed: candidates for :meth:`recover`, in one round trip."""
+        session_prefix = self.keys.session("")
+        lease_suffix = self.keys.lease("").removeprefix(session_prefix)
+        reply = await self._lapsed(
+            keys=[self.keys.running()],
+            args=[self.keys.task_prefix(), session_prefix, lease_suffix],
+        )
+        items = [_text(item) for item in reply]
+        return list(zip(items[0::2], items[1::2], strict=True))
 
     async def recover_starting(
         self, queue: str, unclaimed_ms: int, holdoff_ms: int, max_search: int = 10_000

@@ -62,12 +62,12 @@ class LeaseSweeper:
                 log.exception("lease sweep failed; retrying")
 
     async def sweep(self) -> list[str]:
-        """One pass; returns the ids of the tasks it published again or settled."""
+        """One pass; returns the ids of the tasks it published again or settled.
+
+        In the steady state (no lost run) a pass is one script call, or two when the
+        broker is the records' Redis."""
         recovered: list[str] = []
-        for task_id in await self._store.running_tasks():
-            session_id = (await self._store.task_record(task_id)).get("session", "")
-            if not session_id:
-                continue
+        for task_id, session_id in await self._store.lapsed_tasks():
             policy = loss_policy(self._settings, TaskId(task_id))
             result = await self._store.recover(session_id, task_id, policy, self._holdoff_ms)
             if result is RecoverResult.LOST:
@@ -75,25 +75,25 @@ class LeaseSweeper:
                 recovered.append(task_id)
             elif result is RecoverResult.REPUBLISH:
                 log.warning("task %s lost its worker; publishing it again", task_id)
-                try:
-                    await self._republish(task_id, session_id)
-                except Exception:
-                    # The hold-off lapses and a later sweep publishes it again.
-                    log.exception("publishing lost task %s again failed", task_id)
-                    continue
-                recovered.append(task_id)
+                if await self._publish_again(task_id, session_id):
+                    recovered.append(task_id)
         if self._search_queue:
             for task_id, session_id in await self._store.recover_starting(
                 self._settings.queue, self._unclaimed_ms, self._holdoff_ms
             ):
                 log.warning("task %s was taken but never claimed; publishing it again", task_id)
-                try:
-                    await self._republish(task_id, session_id)
-                except Exception:
-                    log.exception("publishing unclaimed task %s again failed", task_id)
-                    continue
-                recovered.append(task_id)
+                if await self._publish_again(task_id, session_id):
+                    recovered.append(task_id)
         return recovered
+
+    async def _publish_again(self, task_id: str, session_id: str) -> bool:
+        try:
+            await self._republish(task_id, session_id)
+        except Exception:
+            # The hold-off lapses and a later sweep publishes it again.
+            log.exception("publishing task %s again failed", task_id)
+            return False
+        return True
 
 
 __all__ = ["LeaseSweeper", "Republish"]
