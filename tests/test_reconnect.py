@@ -53,7 +53,12 @@ class _FlakyStore:
         self.calls = 0
 
     async def append(
-        self, session_id: str, task_id: str, lease: str, entries: Sequence[tuple[str, str, str]]
+        self,
+        session_id: str,
+        task_id: str,
+        lease: str,
+        entries: Sequence[tuple[str, str, str]],
+        batch: int,
     ) -> int:
         mode = self._script[self.calls] if self.calls < len(self._script) else "ok"
         self.calls += 1
@@ -61,7 +66,7 @@ class _FlakyStore:
             await self.redis.set(self.keys.lease(self._session_id), "8:another-worker")
         if mode in {"before", "takeover"}:
             raise RedisConnectionError("Connection closed by server.")
-        written = await self._store.append(session_id, task_id, lease, entries)
+        written = await self._store.append(session_id, task_id, lease, entries, batch)
         if mode == "after":
             raise RedisConnectionError("Connection closed by server.")
         return written

@@ -67,7 +67,8 @@ class Keys:
         return f"{self.namespace}:task:"
 
     def task(self, task_id: str) -> str:
-        """Hash: the task record (session, state, input, cancel flag, fence, outcome)."""
+        """Hash: the task record (session, state, input, cancel flag, fence, deliveries,
+        claim time, recovery hold-off, last appended batch, outcome)."""
         return f"{self.task_prefix()}{task_id}"
 
     def events(self, task_id: str) -> str:

@@ -288,9 +288,16 @@ class RecordStore:
         return RecoverResult(_text(reply[0]))
 
     async def append(
-        self, session_id: str, task_id: str, lease: str, entries: Sequence[tuple[str, str, str]]
+        self,
+        session_id: str,
+        task_id: str,
+        lease: str,
+        entries: Sequence[tuple[str, str, str]],
+        batch: int,
     ) -> int:
-        args: list[str] = [lease]
+        """Append under the lease. ``batch`` numbers a run's batches (1, 2, ...): resending
+        a batch after its reply was lost cannot append it twice."""
+        args: list[str] = [lease, str(batch)]
         for kind, tag, payload in entries:
             args.extend((kind, tag, payload))
         keys = [self.keys.task(task_id), self.keys.lease(session_id), self.keys.events(task_id)]

@@ -5,11 +5,10 @@ appends everything pending in a single fenced script call, so a burst of token d
 costs a few round trips, not one per token.
 
 An append that fails on a lost connection (Redis restarting) is retried with backoff,
-in order, and exactly once: the sink knows the stream's length before each append (it
-reads it once when it starts; under the lease only this run adds non-terminal entries),
-so after a failure it can tell whether the batch landed before the connection dropped
-and append it again only if it did not. The fence check stays with the script: a retry
-is refused (-1) when the lease is no longer this run's.
+in order, and exactly once: batches are numbered, and the append script records the last
+batch it wrote for this lease, so resending a batch whose reply was lost appends nothing.
+The fence check stays with the script: a retry is refused (-1) when the lease is no
+longer this run's.
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ class EventSink:
         self._lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
         self._closing = False
-        self._length: int | None = None  # stream entries, as of this sink's last append
+        self._batches = 0  # batches sent so far; the next one is numbered _batches + 1
         self.lease_lost = False
         self.task_settled = False
 
@@ -72,9 +71,6 @@ class EventSink:
             await self._write_pending()
 
     async def _flush_forever(self) -> None:
-        # The stream's length is read while the graph starts, off the first event's path.
-        async with self._lock:
-            await self._learn_length()
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -98,57 +94,24 @@ class EventSink:
             if self.lease_lost or self.task_settled:
                 self._pending.clear()
 
-    async def _learn_length(self) -> None:
-        """Read the stream's length once, retrying while Redis is unreachable."""
-        started: float | None = None
-        delay = _RETRY_FIRST_DELAY
-        while self._length is None:
-            try:
-                self._length = int(await self._store.redis.xlen(self._events_key))
-            except (RedisConnectionError, RedisTimeoutError) as error:
-                started, delay, keep_trying = await self._back_off(started, delay, error)
-                if not keep_trying:
-                    return  # the first append learns it then
-
-    @property
-    def _events_key(self) -> str:
-        return self._store.keys.events(self._task_id)
-
     async def _append(self, batch: Sequence[_Entry]) -> int:
         """Append ``batch`` exactly once; the script's result (the number appended, 0 if
         the task is terminal, -1 if the lease is not this run's)."""
+        self._batches += 1
         started: float | None = None
         delay = _RETRY_FIRST_DELAY
-        unsure = False  # an append was sent and no reply came back: it may have landed
         while True:
-            sending = False
             try:
-                if self._length is None:
-                    self._length = int(await self._store.redis.xlen(self._events_key))
-                elif unsure:
-                    length = int(await self._store.redis.xlen(self._events_key))
-                    if length == self._length + len(batch):
-                        log.info("task %s: a batch had landed before the drop", self._task_id)
-                        self._length = length
-                        return len(batch)
-                    # Unchanged: it did not land; send it again. Anything else: another
-                    # writer (a settle, a new lease holder) wrote meanwhile, and the
-                    # script's lease and terminal checks decide.
-                    unsure = False
-                sending = True
                 written = await self._store.append(
-                    self._session_id, self._task_id, self._lease, batch
+                    self._session_id, self._task_id, self._lease, batch, self._batches
                 )
             except (RedisConnectionError, RedisTimeoutError) as error:
-                unsure = unsure or sending
                 started, delay, keep_trying = await self._back_off(started, delay, error)
                 if not keep_trying:
                     return -1
                 continue
             if started is not None:
                 log.info("task %s: events appended after reconnecting", self._task_id)
-            if written > 0:
-                self._length += written
             return written
 
     async def _back_off(
