@@ -9,7 +9,17 @@ the current lease is refused, so a worker whose lease was taken over cannot writ
 
 from __future__ import annotations
 
-_PRELUDE = """
+_CLOCK = """
+-- The server's clock in milliseconds (one clock for every worker and caller).
+local function now_ms()
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
+"""
+
+_PRELUDE = (
+    _CLOCK
+    + """
 local TERMINAL = {completed=true, failed=true, cancelled=true, unresolved=true}
 local FIELDS = {'input_tokens','cached_input_tokens','output_tokens','reasoning_tokens',
                 'total_tokens','cache_write_input_tokens'}
@@ -65,6 +75,7 @@ local function settle(task, session, events, lease, running, task_id, state, out
   return encoded
 end
 """
+)
 
 # KEYS[1] session hash, KEYS[2] task hash, KEYS[3] session lease, KEYS[4] starting set
 # ARGV[1] task id, ARGV[2] input JSON, ARGV[3] task key prefix, ARGV[4] session id
@@ -86,9 +97,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then return {'outlived', active or ''} end
 redis.call('HSET', KEYS[2], 'session', ARGV[4], 'state', 'starting', 'input', ARGV[2],
            'deliveries', 0)
 redis.call('HSET', KEYS[1], 'active', ARGV[1])
-local now = redis.call('TIME')
-redis.call('ZADD', KEYS[4], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000),
-           ARGV[1])
+redis.call('ZADD', KEYS[4], now_ms(), ARGV[1])
 return {'ok'}
 """
 )
@@ -152,12 +161,11 @@ end
 local deliveries = redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
 local fence = redis.call('INCR', KEYS[3])
 local value = fence .. ':' .. ARGV[1]
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local now = now_ms()
 redis.call('SET', KEYS[2], value, 'PX', ARGV[2])
-redis.call('HSET', KEYS[1], 'state', 'running', 'fence', fence, 'claimed_ms', now_ms)
+redis.call('HSET', KEYS[1], 'state', 'running', 'fence', fence, 'claimed_ms', now)
 redis.call('HDEL', KEYS[1], 'recover_at')
-redis.call('ZADD', KEYS[6], now_ms, ARGV[4])
+redis.call('ZADD', KEYS[6], now, ARGV[4])
 if state == 'starting' then
   redis.call('XADD', KEYS[4], '*', 'k', 'e', 't', 'started', 'd', '{}')
 end
@@ -268,22 +276,24 @@ return 1
 # One read of the whole running set per sweep: returns {task id, session id, ...} of the
 # running tasks whose lease lapsed and whose republish hold-off has passed (RECOVER then
 # decides each atomically), and drops members that are no longer running.
-LAPSED = """
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+LAPSED = (
+    _CLOCK
+    + """
+local now = now_ms()
 local out = {}
 for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local record = redis.call('HMGET', ARGV[1] .. id, 'state', 'session', 'recover_at')
   if record[1] ~= 'running' then
     redis.call('ZREM', KEYS[1], id)
   elseif redis.call('EXISTS', ARGV[2] .. record[2] .. ARGV[3]) == 0
-      and tonumber(record[3] or '0') <= now_ms then
+      and tonumber(record[3] or '0') <= now then
     table.insert(out, id)
     table.insert(out, record[2])
   end
 end
 return out
 """
+)
 
 # KEYS[1] task hash, KEYS[2] session lease, KEYS[3] session hash, KEYS[4] events,
 # KEYS[5] running set
@@ -301,16 +311,15 @@ if state ~= 'running' then
   return {'gone'}
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'alive'} end
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local now = now_ms()
 local at = tonumber(redis.call('HGET', KEYS[1], 'recover_at') or '0')
-if at > now_ms then return {'pending'} end
+if at > now then return {'pending'} end
 if ARGV[2] ~= 'resume' or redis.call('HGET', KEYS[1], 'cancel') == '1' then
   settle(KEYS[1], KEYS[3], KEYS[4], KEYS[2], KEYS[5], ARGV[1], 'unresolved',
          cjson.decode(ARGV[3]), '', false, tonumber(ARGV[5]))
   return {'lost'}
 end
-redis.call('HSET', KEYS[1], 'recover_at', now_ms + tonumber(ARGV[4]))
+redis.call('HSET', KEYS[1], 'recover_at', now + tonumber(ARGV[4]))
 redis.call('HINCRBY', KEYS[1], 'recoveries', 1)
 return {'republish'}
 """
@@ -324,10 +333,11 @@ return {'republish'}
 # the visibility timeout). Each task is looked at once per unclaimed period, and the queue
 # is read only when some task is due. Returns {task id, session id, ...} to publish again;
 # nothing when the backlog is longer than ARGV[4] (its messages are most likely waiting).
-RECOVER_STARTING = """
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local stale = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms - tonumber(ARGV[2]),
+RECOVER_STARTING = (
+    _CLOCK
+    + """
+local now = now_ms()
+local stale = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]),
                          'LIMIT', 0, 100)
 local out = {}
 local due = {}
@@ -335,7 +345,7 @@ for _, id in ipairs(stale) do
   local record = redis.call('HMGET', ARGV[1] .. id, 'state', 'recover_at', 'session')
   if record[1] ~= 'starting' then
     redis.call('ZREM', KEYS[1], id)
-  elseif tonumber(record[2] or '0') <= now_ms then
+  elseif tonumber(record[2] or '0') <= now then
     table.insert(due, {id, record[3]})
   end
 end
@@ -353,15 +363,16 @@ end
 for _, task in ipairs(due) do
   if waiting[task[1]] then
     -- Still queued: look again one unclaimed period later, not at every sweep.
-    redis.call('HSET', ARGV[1] .. task[1], 'recover_at', now_ms + tonumber(ARGV[2]))
+    redis.call('HSET', ARGV[1] .. task[1], 'recover_at', now + tonumber(ARGV[2]))
   else
-    redis.call('HSET', ARGV[1] .. task[1], 'recover_at', now_ms + tonumber(ARGV[3]))
+    redis.call('HSET', ARGV[1] .. task[1], 'recover_at', now + tonumber(ARGV[3]))
     table.insert(out, task[1])
     table.insert(out, task[2])
   end
 end
 return out
 """
+)
 
 # KEYS[1] session hash, KEYS[2] session handles, KEYS[3] session lease,
 # KEYS[4] the thread's latest-checkpoint pointer
@@ -386,16 +397,15 @@ if active and active ~= '' then
   if state and not TERMINAL[state] then return {'busy', active} end
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then return {'outlived'} end
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+local now = now_ms()
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if record[5] ~= ARGV[2] and redis.call('ZCARD', KEYS[2]) > 0 then return {'configured'} end
 if tonumber(record[8] or '0') > 0 then
   local latest = redis.call('GET', KEYS[4])
   if not latest or redis.call('EXISTS', latest) == 0 then return {'unavailable'} end
 end
 redis.call('HSET', KEYS[1], 'spec', ARGV[2])
-redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[4]), ARGV[3])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[3])
 return {'ok'}
 """
 )
@@ -403,12 +413,14 @@ return {'ok'}
 # KEYS[1] session handles
 # ARGV[1] handle TTL ms, ARGV[2..] handle ids
 # Registers or refreshes open handles (the caller's heartbeat).
-TOUCH_HANDLES = """
-local now = redis.call('TIME')
-local expiry = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[1])
+TOUCH_HANDLES = (
+    _CLOCK
+    + """
+local expiry = now_ms() + tonumber(ARGV[1])
 for i = 2, #ARGV do redis.call('ZADD', KEYS[1], expiry, ARGV[i]) end
 return #ARGV - 1
 """
+)
 
 # KEYS[1] session lease
 # ARGV[1] lease value
