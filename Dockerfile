@@ -16,6 +16,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # README.md is the package's readme; the glob keeps the build working before it exists.
 COPY pyproject.toml README.m[d] /tmp/src/
 COPY harness /tmp/src/harness
+COPY tooling /tmp/src/tooling
 COPY workers /tmp/src/workers
 COPY wire /tmp/src/wire
 RUN pip install /tmp/src "flower>=2,<3" \

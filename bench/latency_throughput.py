@@ -82,7 +82,7 @@ from langgraph.checkpoint.redis.aio import AsyncRedisSaver  # noqa: E402
 
 from bench import noop_app  # noqa: E402
 from harness import CeleryHarness, Settings  # noqa: E402
-from harness.embedded_redis import EmbeddedRedis  # noqa: E402
+from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
 from wire.default_profiles import SCRIPTED  # noqa: E402
 from workers.scripted_model import ScriptedChatModel  # noqa: E402
 
@@ -330,11 +330,11 @@ class WorkerPool:
 
 
 class ProjectWorkers:
-    """``count`` workers through the project's ``harness.worker_process.WorkerProcess``
+    """``count`` workers through the project's ``tooling.worker_process.WorkerProcess``
     (``celery -A workers.main worker -P prefork -c 1``), started one after the other."""
 
     def __init__(self, settings: Settings, count: int, log_dir: Path) -> None:
-        from harness.worker_process import WorkerProcess
+        from tooling.worker_process import WorkerProcess
 
         self.workers = [
             WorkerProcess(
@@ -374,7 +374,7 @@ class ProjectWorkers:
 
 def project_worker_helper() -> bool:
     try:
-        from harness.worker_process import WorkerProcess  # noqa: F401
+        from tooling.worker_process import WorkerProcess  # noqa: F401
     except ImportError:
         return False
     return True
@@ -1097,7 +1097,7 @@ def print_targets(
 async def run(redis_url: str, plan: Plan, log_dir: Path, redis_pid: int | None) -> None:
     bench = Bench(redis_url, plan, log_dir, redis_pid)
     helper = (
-        "harness.worker_process.WorkerProcess" if bench.use_project_helper else "bench WorkerPool"
+        "tooling.worker_process.WorkerProcess" if bench.use_project_helper else "bench WorkerPool"
     )
     print(
         f"workers: {helper}"

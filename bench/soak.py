@@ -6,7 +6,7 @@
     .venv/bin/python bench/soak.py --sessions 80 --tasks-per-session 25 --kill-every 3 --seed 7
 
 What runs: an embedded Redis 8 (search + JSON) on a free port; ``--workers`` separate
-``celery worker`` OS processes (``harness.worker_process.WorkerProcess``, prefork,
+``celery worker`` OS processes (``tooling.worker_process.WorkerProcess``, prefork,
 concurrency 2 each) with short lease settings (lease_ttl 3 s, sweep_interval 0.5 s, so a
 lost task is found and resumed within seconds); one ``harness.CeleryHarness`` in this
 process running ``--sessions`` sessions concurrently, each running its
@@ -101,8 +101,8 @@ from rich.table import Table  # noqa: E402
 
 from bench.soak_model import call_key, calls_key, expected_reply, soak_prefix  # noqa: E402
 from harness import CeleryHarness  # noqa: E402
-from harness.embedded_redis import EmbeddedRedis  # noqa: E402
-from harness.worker_process import WorkerProcess  # noqa: E402
+from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
+from tooling.worker_process import WorkerProcess  # noqa: E402
 from wire.keys import Keys  # noqa: E402
 from wire.settings import Settings  # noqa: E402
 

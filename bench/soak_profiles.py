@@ -1,7 +1,7 @@
 """The profile registry of the soak run (``AHP_PROFILES=bench.soak_profiles:PROFILES``).
 
 Callers and workers load it alike; the workers import it because the project root is on
-their ``PYTHONPATH`` (``harness.worker_process.WorkerProcess`` puts it there).
+their ``PYTHONPATH`` (``tooling.worker_process.WorkerProcess`` puts it there).
 """
 
 from agent_harness_protocol import ContextRetentionDisposition, UserHistoryVisibility

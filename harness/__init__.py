@@ -1,4 +1,6 @@
-"""Caller side of the distributed AHP harness: the port, handles, HTTP API and CLI."""
+"""Caller side of the distributed AHP harness: the port, its handles and their errors.
+
+The operator tooling (CLI, demo, embedded Redis, worker processes) lives in ``tooling``."""
 
 from wire.profiles import AgentProfile, CancellationSemantics, ModelSpec
 from wire.settings import Settings
@@ -8,7 +10,6 @@ from .errors import (
     CheckpointCleanupError,
     RemoteTaskError,
     SessionBusyError,
-    UnknownSessionError,
 )
 from .harness import CeleryHarness
 
@@ -22,5 +23,4 @@ __all__ = [
     "RemoteTaskError",
     "SessionBusyError",
     "Settings",
-    "UnknownSessionError",
 ]

@@ -9,17 +9,12 @@ descends from one root::
     ├── CheckpointCleanupError      stored context of released sessions may remain
     ├── RemoteTaskError             the worker-side exception behind a Failed outcome
     ├── SessionBusyError            another task of the session has not settled yet
-    ├── UnknownSessionError         no session with that id exists in this namespace
     ├── UnknownPersistentSessionError   (also IncompatibleRequirementError) a reference
     │                               names no persistent context of this namespace
     ├── PersistentConfigurationError    (also IncompatibleRequirementError) reopening
     │                               would change the context's profile or configuration
-    ├── StoredHistoryUnavailableError   (also HarnessTransportError) the context's
-    │                               checkpoint history is missing from storage
-    └── EmbeddedRedisError          the embedded Redis server could not be managed
-        ├── EmbeddedRedisAlreadyStartedError
-        ├── RedisPortInUseError
-        └── RedisBinaryNotFoundError
+    └── StoredHistoryUnavailableError   (also HarnessTransportError) the context's
+                                    checkpoint history is missing from storage
 """
 
 from __future__ import annotations
@@ -72,10 +67,6 @@ class SessionBusyError(CeleryHarnessError):
     """A session runs one task at a time; the previous task has not settled."""
 
 
-class UnknownSessionError(CeleryHarnessError, LookupError):
-    """The session id names no session of this harness namespace."""
-
-
 class UnknownPersistentSessionError(CeleryHarnessError, IncompatibleRequirementError):
     """The reference names no persistent context of this namespace (never created,
     not persistent, or deleted); nothing was created in its place."""
@@ -97,19 +88,3 @@ class PersistentConfigurationError(CeleryHarnessError, IncompatibleRequirementEr
 class StoredHistoryUnavailableError(CeleryHarnessError, HarnessTransportError):
     """The context has completed turns but its checkpoint history is not in storage
     (restore the checkpoint keys, then reopen again)."""
-
-
-class EmbeddedRedisError(CeleryHarnessError):
-    """The embedded Redis server could not be started, reached or stopped."""
-
-
-class EmbeddedRedisAlreadyStartedError(EmbeddedRedisError):
-    """``start()`` was called on a server that is already running."""
-
-
-class RedisPortInUseError(EmbeddedRedisError):
-    """The requested port is already bound by another process."""
-
-
-class RedisBinaryNotFoundError(EmbeddedRedisError):
-    """The Redis 8 binary or its modules are not installed (extra ``embedded-redis``)."""

@@ -169,10 +169,6 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         if settlement.result in {SettleResult.SETTLED, SettleResult.TERMINAL}:
             self._finish(outcome_from_json(loads(settlement.outcome), remote_cause))
 
-    def abandon_reader(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-
     # -- internals ----------------------------------------------------------------------
     def _finish(self, outcome: TaskOutcome) -> None:
         if self._outcome.done():

@@ -17,7 +17,7 @@ import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
 
-from harness.embedded_redis import EmbeddedRedis
+from tooling.embedded_redis import EmbeddedRedis
 from wire.settings import Settings
 
 from .support.boundary import ModelBoundary

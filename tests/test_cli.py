@@ -16,8 +16,8 @@ from agent_harness_protocol import Completed, SessionSpec, TaskRequest, TextInpu
 from typer.testing import CliRunner
 
 from harness import CeleryHarness
-from harness.cli import app, redact
-from harness.worker_process import (
+from tooling.cli import app, redact
+from tooling.worker_process import (
     PROJECT_ROOT,
     WorkerProcess,
     WorkerProcessError,
@@ -59,7 +59,7 @@ def worker_process(own_settings: Settings) -> Iterator[WorkerProcess]:
 def test_demo_completes_both_tasks_and_the_second_sees_the_first(redis_url: str) -> None:
     env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "demo", "--redis-url", redis_url],
+        [sys.executable, "-m", "tooling.cli", "demo", "--redis-url", redis_url],
         cwd=PROJECT_ROOT,
         env=env,
         capture_output=True,

@@ -19,7 +19,7 @@ from agent_harness_protocol.conformance import (
 )
 
 from harness import CeleryHarness
-from harness.worker_process import WorkerProcess
+from tooling.worker_process import WorkerProcess
 from wire.settings import Settings
 
 from .support.boundary import ModelBoundary

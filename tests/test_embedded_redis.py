@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from harness import embedded_redis
-from harness.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig, find_redis_binaries
-from harness.errors import (
+from tooling import embedded_redis
+from tooling.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig, find_redis_binaries
+from tooling.errors import (
     EmbeddedRedisAlreadyStartedError,
     EmbeddedRedisError,
     RedisBinaryNotFoundError,
@@ -198,7 +198,7 @@ def test_kill_then_start_with_appendonly_keeps_acknowledged_writes(tmp_path: Pat
 
 def test_server_left_running_is_stopped_and_its_temp_dir_removed_at_interpreter_exit() -> None:
     script = (
-        "from harness.embedded_redis import EmbeddedRedis\n"
+        "from tooling.embedded_redis import EmbeddedRedis\n"
         "server = EmbeddedRedis()\n"
         "server.start()\n"
         "print(server.pid, server.data_dir)\n"

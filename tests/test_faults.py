@@ -47,7 +47,7 @@ from celery import Celery
 
 from harness import CeleryHarness
 from harness.errors import SessionBusyError
-from harness.worker_process import PROJECT_ROOT, WorkerProcess, settings_environment
+from tooling.worker_process import PROJECT_ROOT, WorkerProcess, settings_environment
 from wire.celery_config import RUN_TASK, celery_config
 from wire.keys import Keys
 from wire.settings import Settings, WorkerLossPolicy

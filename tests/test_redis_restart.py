@@ -33,9 +33,9 @@ from agent_harness_protocol import (
 )
 
 from harness import CeleryHarness
-from harness.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from harness.task import remote_cause
-from harness.worker_process import WorkerProcess
+from tooling.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
+from tooling.worker_process import WorkerProcess
 from wire.codec import DIAGNOSTIC, event_from_entry
 from wire.keys import Keys
 from wire.redis_options import pool_options

@@ -47,11 +47,11 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from harness import CeleryHarness
 from wire.settings import Settings
 
 from .embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
-from .errors import CeleryHarnessError
-from .harness import CeleryHarness
+from .errors import ToolingError
 from .worker_process import WorkerProcess
 
 app = typer.Typer(
@@ -134,7 +134,7 @@ def redis_server(
         try:
             with _children_ignore_ctrl_c():
                 url = server.start()
-        except CeleryHarnessError as error:
+        except ToolingError as error:
             raise _fail(str(error)) from None
         where = f"data in {server.data_dir}" + (", deleted on exit" if data_dir is None else "")
         console.print(f"Redis 8 (search + JSON) at [bold]{url}[/] ({where})")
@@ -371,7 +371,7 @@ def _demo(redis_url: str | None) -> None:
             try:
                 with _children_ignore_ctrl_c():
                     url = server.start()
-            except CeleryHarnessError as error:
+            except ToolingError as error:
                 raise _fail(str(error), 2) from None
             stack.callback(server.stop)
             console.print(f"Embedded Redis 8 started at {url}")
@@ -393,7 +393,7 @@ def _demo(redis_url: str | None) -> None:
         console.print(f"Starting worker {process.hostname} (prefork, 2 processes) ...")
         try:
             process.start(timedelta(seconds=60))
-        except CeleryHarnessError as error:
+        except ToolingError as error:
             raise _fail(str(error)) from None
         console.print(f"Worker ready (pid {process.pid}, queue {settings.queue}).")
         try:

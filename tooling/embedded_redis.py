@@ -26,7 +26,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from harness.errors import (
+from .errors import (
     EmbeddedRedisAlreadyStartedError,
     EmbeddedRedisError,
     RedisBinaryNotFoundError,

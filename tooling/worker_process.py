@@ -34,7 +34,7 @@ from celery import Celery
 from wire.celery_config import celery_config
 from wire.settings import Settings
 
-from .errors import CeleryHarnessError
+from .errors import WorkerProcessError
 
 __all__ = [
     "PROJECT_ROOT",
@@ -49,10 +49,6 @@ Pool = Literal["prefork", "solo", "threads"]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 """The directory holding ``harness/``, ``workers/`` and ``wire/`` (and ``tests/``)."""
-
-
-class WorkerProcessError(CeleryHarnessError):
-    """The worker process did not come up (the message carries its log tail)."""
 
 
 def _env_value(value: object) -> str:

@@ -1,0 +1,56 @@
+-- Shared by the scripts that change task state: terminal states, usage sums, settle().
+--! include clock
+local TERMINAL = {completed=true, failed=true, cancelled=true, unresolved=true}
+local FIELDS = {'input_tokens','cached_input_tokens','output_tokens','reasoning_tokens',
+                'total_tokens','cache_write_input_tokens'}
+local function usage_zero()
+  local r = {}
+  for _, f in ipairs(FIELDS) do r[f] = 0 end
+  return r
+end
+local function usage_add(a, b)
+  local r = {}
+  for _, f in ipairs(FIELDS) do
+    local x, y = a[f], b[f]
+    if x == nil or y == nil or x == cjson.null or y == cjson.null then
+      r[f] = cjson.null
+    else
+      r[f] = x + y
+    end
+  end
+  return r
+end
+-- Record a terminal outcome: commit session usage once, append the terminal event,
+-- free the session when no graph run holds it any more, and bound the retention.
+local function settle(task, session, events, lease, running, task_id, state, outcome,
+                      lease_value, run_ended, retention)
+  local session_usage = cjson.null
+  if redis.call('EXISTS', session) == 1 then
+    local stored = redis.call('HGET', session, 'usage')
+    local current = stored and cjson.decode(stored) or usage_zero()
+    session_usage = usage_add(current, outcome.usage)
+    redis.call('HSET', session, 'usage', cjson.encode(session_usage))
+  end
+  outcome.session_usage = session_usage
+  local encoded = cjson.encode(outcome)
+  redis.call('HSET', task, 'state', state, 'outcome', encoded)
+  redis.call('XADD', events, '*', 'k', 'e', 't', 'terminal', 'd', encoded)
+  redis.call('ZREM', running, task_id)
+  if state == 'completed' and redis.call('EXISTS', session) == 1 then
+    -- A completed turn wrote a checkpoint: the session now has stored history.
+    redis.call('HINCRBY', session, 'turns', 1)
+  end
+  local held = redis.call('GET', lease)
+  if run_ended and held and held == lease_value then
+    redis.call('DEL', lease)
+    held = false
+  end
+  if not held and redis.call('HGET', session, 'active') == task_id then
+    redis.call('HSET', session, 'active', '')
+  end
+  if retention > 0 then
+    redis.call('EXPIRE', task, retention)
+    redis.call('EXPIRE', events, retention)
+  end
+  return encoded
+end

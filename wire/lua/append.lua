@@ -1,0 +1,17 @@
+-- KEYS[1] task hash, KEYS[2] session lease, KEYS[3] events
+-- ARGV[1] lease value, ARGV[2] the run's batch number, ARGV[3..] triples (kind, tag, payload)
+-- Returns the number of entries appended, 0 if the task is terminal, -1 if the lease is
+-- not held by this run (stale fence). Idempotent per batch: a resend of the batch the
+-- task last recorded for this lease (its reply was lost) appends nothing again.
+--! include prelude
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return -1 end
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state or TERMINAL[state] then return 0 end
+local count = (#ARGV - 2) / 3
+local mark = ARGV[1] .. '#' .. ARGV[2]
+if redis.call('HGET', KEYS[1], 'appended') == mark then return count end
+for i = 3, #ARGV, 3 do
+  redis.call('XADD', KEYS[3], '*', 'k', ARGV[i], 't', ARGV[i + 1], 'd', ARGV[i + 2])
+end
+redis.call('HSET', KEYS[1], 'appended', mark)
+return count

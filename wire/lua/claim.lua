@@ -1,0 +1,46 @@
+-- KEYS[1] task hash, KEYS[2] session lease, KEYS[3] session fence counter, KEYS[4] events,
+-- KEYS[5] session hash, KEYS[6] running set, KEYS[7] starting set
+-- ARGV[1] worker token, ARGV[2] lease milliseconds, ARGV[3] the session id the message names,
+-- ARGV[4] task id, ARGV[5] worker-loss policy ('resume' | 'unresolved'),
+-- ARGV[6] most deliveries, ARGV[7] outcome JSON if the lost run may not resume,
+-- ARGV[8] outcome JSON if the deliveries are exhausted, ARGV[9] retention seconds
+-- A task found 'running' without a lease lost its worker: it resumes under a higher fence,
+-- or is settled by the deployment's policy, its cancel request or the delivery bound.
+-- Returns {'claimed', lease value, previous state, deliveries, task fields, session fields}
+--         | {'missing'} | {'terminal'} | {'busy'} (another live run holds the session)
+--         | {'lost'} | {'exhausted'} (settled here)
+--! include prelude
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {'missing'} end
+if redis.call('HGET', KEYS[1], 'session') ~= ARGV[3] then return {'missing'} end
+redis.call('ZREM', KEYS[7], ARGV[4])
+if TERMINAL[state] then return {'terminal'} end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy'} end
+local retention = tonumber(ARGV[9])
+if state == 'running' then
+  -- A lost run of a task whose cancellation was requested is not resumed: nobody saw
+  -- whether it stopped.
+  if ARGV[5] ~= 'resume' or redis.call('HGET', KEYS[1], 'cancel') == '1' then
+    settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], ARGV[4], 'unresolved',
+           cjson.decode(ARGV[7]), '', false, retention)
+    return {'lost'}
+  end
+  if tonumber(redis.call('HGET', KEYS[1], 'deliveries') or '0') >= tonumber(ARGV[6]) then
+    settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], ARGV[4], 'failed',
+           cjson.decode(ARGV[8]), '', false, retention)
+    return {'exhausted'}
+  end
+end
+local deliveries = redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
+local fence = redis.call('INCR', KEYS[3])
+local value = fence .. ':' .. ARGV[1]
+local now = now_ms()
+redis.call('SET', KEYS[2], value, 'PX', ARGV[2])
+redis.call('HSET', KEYS[1], 'state', 'running', 'fence', fence, 'claimed_ms', now)
+redis.call('HDEL', KEYS[1], 'recover_at')
+redis.call('ZADD', KEYS[6], now, ARGV[4])
+if state == 'starting' then
+  redis.call('XADD', KEYS[4], '*', 'k', 'e', 't', 'started', 'd', '{}')
+end
+return {'claimed', value, state, deliveries, redis.call('HGETALL', KEYS[1]),
+        redis.call('HGETALL', KEYS[5])}
