@@ -34,6 +34,8 @@ from agent_harness_protocol import (
 from wire.profiles import AgentProfile
 
 MAX_INPUT_CHARACTERS = 1_000_000
+MAX_INSTRUCTIONS_CHARACTERS = 100_000
+"""Session instructions are sent with every model call and stored in the session record."""
 
 
 def _declared_support(declared: object, satisfies: object, capability: str) -> Support:
@@ -94,6 +96,14 @@ def validate_session(profile: AgentProfile, spec: SessionSpec) -> CompatibilityR
     """Every issue of ``spec`` against ``profile``; nothing is started or written."""
     issues: list[CompatibilityIssue] = []
     requirements = spec.requirements
+    if spec.instructions is not None and len(spec.instructions) > MAX_INSTRUCTIONS_CHARACTERS:
+        issues.append(
+            CompatibilityIssue(
+                "instructions",
+                f"instructions of {len(spec.instructions)} characters exceed the limit of "
+                f"{MAX_INSTRUCTIONS_CHARACTERS}",
+            )
+        )
     if spec.model is not None and spec.model != profile.model_id:
         issues.append(
             CompatibilityIssue(

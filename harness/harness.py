@@ -80,7 +80,9 @@ class CeleryHarness(AgentHarness, PersistentSessions):
             self._profile = profile
         else:
             registry = profiles if profiles is not None else load_profiles(self._settings.profiles)
-            self._profile = resolve_profile(registry, profile or self._settings.profile)
+            self._profile = resolve_profile(
+                registry, self._settings.profile if profile is None else profile
+            )
         self._budget = CleanupBudget(
             per_task=self._settings.cleanup_per_task,
             total=self._settings.cleanup_total,

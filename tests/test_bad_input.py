@@ -30,7 +30,7 @@ from agent_harness_protocol import (
 )
 
 from harness import CeleryHarness
-from harness.admission import MAX_INPUT_CHARACTERS
+from harness.admission import MAX_INPUT_CHARACTERS, MAX_INSTRUCTIONS_CHARACTERS
 from harness.errors import PersistentConfigurationError, UnknownPersistentSessionError
 from wire.errors import ProfileError
 from wire.keys import Keys, require_valid_id
@@ -43,12 +43,45 @@ def _namespace_keys(sync_redis: redis.Redis, settings: Settings) -> set[str]:
     return {str(key) for key in sync_redis.scan_iter(f"{settings.namespace}:*", count=1000)}
 
 
-@pytest.mark.parametrize("value", ["", " ", "\t", "a b", "../etc", "x:y", "é", "x" * 129])
+@pytest.mark.parametrize(
+    "value", ["", " ", "\t", "a b", "../etc", "x:y", "é", "x" * 129, "ahp\n", "x\n", "\nx"]
+)
 def test_hostile_or_blank_ids_never_become_keys(value: str) -> None:
     with pytest.raises(ValueError, match="invalid"):
         require_valid_id("session", value)
     with pytest.raises(ValueError, match="invalid namespace"):
         Keys(value)
+
+
+def test_a_namespace_with_a_trailing_newline_is_refused_not_another_deployment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AHP_NAMESPACE", "ahp\n")
+    with pytest.raises(ValueError, match="invalid namespace"):
+        Settings()
+
+
+def test_a_blank_profile_name_is_refused_not_the_default(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ProfileError, match="blank"):
+        CeleryHarness(settings, profile="")
+    monkeypatch.setenv("AHP_PROFILE", "")
+    with pytest.raises(ValueError, match="blank"):
+        Settings()
+
+
+async def test_oversized_instructions_are_refused_and_nothing_is_written(
+    settings: Settings, sync_redis: redis.Redis
+) -> None:
+    spec = SessionSpec(instructions="x" * (MAX_INSTRUCTIONS_CHARACTERS + 1))
+    async with CeleryHarness(settings, profile="confirmed") as harness:
+        before = _namespace_keys(sync_redis, settings)
+        with pytest.raises(IncompatibleRequirementError, match="exceed the limit") as caught:
+            await harness.create_session(spec)
+        assert [issue.path for issue in caught.value.issues] == ["instructions"]
+        assert [issue.path for issue in harness.validate(spec).issues] == ["instructions"]
+        assert _namespace_keys(sync_redis, settings) == before
 
 
 @pytest.mark.parametrize("blank", ["", "   "])

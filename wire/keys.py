@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
 def is_valid_id(value: str) -> bool:
-    """Whether ``value`` may be embedded in a key: 1-128 chars of ``[A-Za-z0-9_.-]``."""
-    return bool(_ID.match(value))
+    """Whether ``value`` may be embedded in a key: 1-128 chars of ``[A-Za-z0-9_.-]``, the
+    whole string (``fullmatch``: a trailing newline would name another key)."""
+    return _ID.fullmatch(value) is not None
 
 
 def require_valid_id(kind: str, value: str) -> str:

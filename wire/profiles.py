@@ -111,6 +111,8 @@ def load_profiles(path: str) -> Mapping[str, AgentProfile]:
 
 
 def resolve_profile(profiles: Mapping[str, AgentProfile], name: str) -> AgentProfile:
+    if not name.strip():
+        raise ProfileError("a blank profile name names no profile; give one, or omit it")
     try:
         return profiles[name]
     except KeyError:

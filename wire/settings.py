@@ -102,6 +102,13 @@ class Settings(BaseSettings):
     def _namespace_is_key_safe(cls, value: str) -> str:
         return require_valid_id("namespace", value)
 
+    @field_validator("profile", "queue")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank (unset it to use the default)")
+        return value
+
     @property
     def effective_broker_url(self) -> str:
         return self.broker_url or self.redis_url
