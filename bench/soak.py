@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Soak test of worker loss: many tasks through the harness while workers are SIGKILLed.
+"""Soak test of faults: many tasks through the harness while workers are SIGKILLed or
+stalled past their lease, Redis restarts and malformed messages reach the queue.
 
     .venv/bin/python bench/soak.py            # 50 sessions x 20 tasks, 3 workers, kill every 4 s
     .venv/bin/python bench/soak.py --quick    # smoke run: 10 sessions x 5 tasks
@@ -16,8 +17,12 @@ streams its answer over a random 0.2-1.5 s and records every call's start and en
 clock, pid, process group, session, task) under the soak-only key prefix ``soak:<ns>:``.
 Meanwhile a chaos loop SIGKILLs a random worker (its whole process group, like a lost
 machine) every ``--kill-every`` seconds (jittered 0.5x-1.5x), never the last live one, and
-starts a replacement. Kill times are stamped with Redis ``TIME`` (the clock of the
-claims).
+starts a replacement; a ``--pause-share`` of these faults instead SIGSTOPs the worker for
+1.5-2.5 lease TTLs (a GC or VM stall: its leases lapse and other workers resume its tasks)
+and then SIGCONTs it. Redis itself (append-only) restarts ``--redis-restarts`` times, and a
+malformed ``ahp.run_task`` message (bodies ``5``, ``null``, ``{}``, ``[1]``, a string
+``timelimit`` header, ...) is pushed onto the queue every ``--malformed-every`` seconds.
+Fault times are stamped with Redis ``TIME`` (the clock of the claims).
 
 What it checks, once every task has an outcome (or the ``--deadline`` passed, or no
 outcome arrived for ``--stall-timeout`` seconds while tasks were pending):
@@ -50,8 +55,20 @@ evidence: task and session records, lease, running set, broker queue and kombu
 ``unacked`` entries, the kills around it with each victim's last log line, the worker
 log lines naming the task and its model calls.
 
-Exit status 1 when lost tasks, duplicate terminals, overlapping runs or duplicated inputs
-are non-zero, or the recovery p50 exceeds 10 s (other anomalies are printed as warnings).
+Also: every resume is attributed to the fault that caused it (the kill that cut its model
+call, else the kill or stall of a worker whose log shows it took the task's message); a
+model call of a stalled worker may overlap its successor only while the worker is stopped
+and for at most 1 s after SIGCONT; every session's checkpoint chain is linear (no fork, no
+checkpoint off the latest chain) and its thread holds exactly the answers the callers
+received, in order.
+
+Exit status 1 on any lost task, duplicate terminal, overlap, task not Completed, duplicated,
+missing or foreign input, wrong output, caller/record mismatch, start error (a refused
+start is retried: the contract makes that safe), worker that exited without being killed,
+unattributed resume, fork, unseen answer, unconfirmed start run twice, recovery p50 over
+10 s -- and when a fault it claims to inject did not happen (no kill, no resume after a
+kill or a pause, fewer Redis restarts than asked, no malformed message): a soak in which
+nothing happened proves nothing.
 Worker logs stay in the printed log directory; Redis (a temporary directory) does not.
 """
 
@@ -59,11 +76,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
+import json
 import math
 import os
 import random
 import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -88,20 +108,25 @@ from agent_harness_protocol import (  # noqa: E402
     Cancelled,
     Completed,
     Failed,
+    HarnessTransportError,
     SessionSpec,
     TaskOutcome,
     TaskRequest,
+    TaskStartUnconfirmedError,
     TextInput,
     TextOutput,
     Unresolved,
 )
 from langgraph.checkpoint.redis.aio import AsyncRedisSaver  # noqa: E402
+from redis.exceptions import BusyLoadingError as RedisBusyLoadingError  # noqa: E402
+from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
+from redis.exceptions import TimeoutError as RedisTimeoutError  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from bench.soak_model import call_key, calls_key, expected_reply, soak_prefix  # noqa: E402
 from harness import CeleryHarness  # noqa: E402
-from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
+from tooling.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig  # noqa: E402
 from tooling.worker_process import WorkerProcess  # noqa: E402
 from wire.keys import Keys  # noqa: E402
 from wire.settings import Settings  # noqa: E402
@@ -115,6 +140,12 @@ SWEEP_INTERVAL = timedelta(seconds=0.5)
 RECOVERY_P50_LIMIT_S = 10.0
 WORKER_START_TIMEOUT = timedelta(seconds=90)
 SAMPLE_SECONDS = 0.5
+START_RETRIES = 40
+"""A start refused while Redis restarts is retried every 0.5 s, up to this many times."""
+PAUSE_TAIL_LIMIT_S = 1.0
+"""A model call of a stalled worker may go on this long after SIGCONT (until its run sees
+that it lost the lease); longer means a run kept calling the model without its lease."""
+MALFORMED_BODIES: tuple[object, ...] = (5, None, {}, [1], {"x": 1}, "not a task")
 PROGRESS_SECONDS = 10.0
 INF = math.inf
 
@@ -143,6 +174,17 @@ class Kill:
     """Redis TIME just before SIGKILL: the moment of the loss."""
     after_us: int
     """Redis TIME once the whole process group was gone."""
+    log_path: Path
+
+
+@dataclass
+class Pause:
+    pgid: int
+    hostname: str
+    before_us: int
+    """Redis TIME just before SIGSTOP of the worker's whole process group."""
+    after_us: int
+    """Redis TIME just after SIGCONT: the stalled process runs again from here."""
     log_path: Path
 
 
@@ -180,11 +222,24 @@ class RunState:
     """Broker queue length, sampled every ``SAMPLE_SECONDS``."""
     live_workers: list[int] = field(default_factory=list)
     """Live worker processes, sampled every ``SAMPLE_SECONDS``."""
+    start_retries: int = 0
+    """Starts refused with ``HarnessTransportError`` (surely not delivered) and retried."""
+    unconfirmed: list[TaskResult] = field(default_factory=list)
+    """Starts that raised ``TaskStartUnconfirmedError``: they may run, at most once."""
+    redis_restarts: list[tuple[int, int]] = field(default_factory=list)
+    """(before, after) Redis TIME of each restart of the server under load."""
+    malformed_sent: int = 0
 
 
 async def redis_time_us(client: aioredis.Redis) -> int:
-    seconds, micros = await client.time()
-    return int(seconds) * 1_000_000 + int(micros)
+    """Redis TIME in microseconds; retried while the server restarts (at most 60 s)."""
+    for _ in range(600):
+        try:
+            seconds, micros = await client.time()
+            return int(seconds) * 1_000_000 + int(micros)
+        except (RedisConnectionError, RedisTimeoutError, RedisBusyLoadingError):
+            await asyncio.sleep(0.1)
+    raise RuntimeError("Redis did not come back within 60 s")
 
 
 # -- workers and chaos ----------------------------------------------------------------------
@@ -202,6 +257,7 @@ class Chaos:
         rng: random.Random,
         kill_every: float,
         redis: aioredis.Redis,
+        pause_share: float = 0.0,
     ) -> None:
         self.settings = settings
         self.size = size
@@ -213,6 +269,12 @@ class Chaos:
         self.live: list[WorkerProcess] = []
         self.all: list[WorkerProcess] = []
         self.kills: list[Kill] = []
+        self.pause_share = pause_share
+        self.pauses: list[Pause] = []
+        self.paused: set[int] = set()
+        """Process groups stopped right now (never picked again until resumed)."""
+        self.unexpected_exits: list[str] = []
+        """Workers that died although nobody killed them (a poison message, a crash)."""
         self.start_failures: list[str] = []
         self._serial = 0
         self._starting: set[asyncio.Task[None]] = set()
@@ -247,27 +309,66 @@ class Chaos:
         await asyncio.gather(*(self._start_one() for _ in range(self.size)))
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Kill a random live worker every ~kill_every s and start its replacement."""
+        """Every ~kill_every s, SIGKILL a random live worker (and start its replacement) or,
+        with probability ``pause_share``, SIGSTOP one past the lease TTL and SIGCONT it."""
+        resumes: set[asyncio.Task[None]] = set()
         while not stop.is_set():
-            pause = self.kill_every * self.rng.uniform(0.5, 1.5)
+            wait = self.kill_every * self.rng.uniform(0.5, 1.5)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), pause)
+                await asyncio.wait_for(stop.wait(), wait)
             if stop.is_set():
                 break
-            running = [worker for worker in self.live if worker.running]
+            self.notice_exits()
+            running = [w for w in self.live if w.running and w.pid not in self.paused]
             if len(running) < 2:
-                continue  # never the last live worker
+                continue  # never the last worker that runs
             victim = self.rng.choice(running)
             pgid = victim.pid
             assert pgid is not None
+            if self.rng.random() < self.pause_share:
+                stall = LEASE_TTL.total_seconds() * self.rng.uniform(1.5, 2.5)
+                resume = asyncio.create_task(self._pause(victim, pgid, stall))
+                resumes.add(resume)
+                resume.add_done_callback(resumes.discard)
+                continue
             before = await redis_time_us(self.redis)
             await asyncio.to_thread(victim.kill)
             after = await redis_time_us(self.redis)
             self.live.remove(victim)
             self.kills.append(Kill(pgid, victim.hostname, before, after, victim.log_path))
-            starting = asyncio.create_task(self._start_one())
-            self._starting.add(starting)
-            starting.add_done_callback(self._starting.discard)
+            self._replace()
+        if resumes:
+            await asyncio.gather(*resumes, return_exceptions=True)
+
+    async def _pause(self, victim: WorkerProcess, pgid: int, seconds: float) -> None:
+        """A stall of the whole worker (a GC or VM pause): its leases lapse meanwhile."""
+        self.paused.add(pgid)
+        before = await redis_time_us(self.redis)
+        os.killpg(pgid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            os.killpg(pgid, signal.SIGCONT)
+            after = await redis_time_us(self.redis)
+            self.paused.discard(pgid)
+            self.pauses.append(Pause(pgid, victim.hostname, before, after, victim.log_path))
+
+    def _replace(self) -> None:
+        starting = asyncio.create_task(self._start_one())
+        self._starting.add(starting)
+        starting.add_done_callback(self._starting.discard)
+
+    def notice_exits(self) -> None:
+        """Workers that exited although the chaos loop did not kill them: recorded (the run
+        fails) and replaced, so one crash does not starve the rest of the run."""
+        for worker in list(self.live):
+            if worker.running or worker.pid in self.paused:
+                continue
+            self.live.remove(worker)
+            self.unexpected_exits.append(
+                f"{worker.hostname} exited with {worker.returncode}; log tail:\n{worker.log_tail()}"
+            )
+            self._replace()
 
     async def settle_starts(self) -> None:
         if self._starting:
@@ -294,10 +395,19 @@ async def run_session(
     clock: aioredis.Redis,
 ) -> None:
     loop = asyncio.get_running_loop()
-    try:
-        session = await harness.create_session(SessionSpec())
-    except Exception as error:
-        state.start_errors.append(f"session {index}: create_session: {error!r}")
+    session: AgentSession | None = None
+    for _ in range(START_RETRIES):
+        try:
+            session = await harness.create_session(SessionSpec())
+            break
+        except HarnessTransportError:
+            # Surely not written (Redis restarting): the contract says retrying is safe.
+            state.start_retries += 1
+            await asyncio.sleep(0.5)
+        except Exception as error:
+            state.start_errors.append(f"session {index}: create_session: {error!r}")
+            break
+    if session is None:
         state.not_submitted += tasks
         return
     state.sessions[index] = session
@@ -309,10 +419,26 @@ async def run_session(
         text = f"soak session {index} task {number} {uuid4().hex[:6]}"
         began = loop.time()
         submitted_us = await redis_time_us(clock)
-        try:
-            task = await session.start_task(TaskRequest(TextInput(text)))
-        except Exception as error:
-            state.start_errors.append(f"session {index} task {number}: {error!r}")
+        task = None
+        for _ in range(START_RETRIES):
+            try:
+                task = await session.start_task(TaskRequest(TextInput(text)))
+                break
+            except HarnessTransportError:
+                state.start_retries += 1
+                await asyncio.sleep(0.5)
+            except TaskStartUnconfirmedError as error:
+                # It may run, at most once; the session stays blocked. Checked at the end.
+                reference = error.reference
+                state.unconfirmed.append(
+                    TaskResult(index, session.id.value, str(reference.request_id), text)
+                )
+                state.not_submitted += tasks - number
+                return
+            except Exception as error:
+                state.start_errors.append(f"session {index} task {number}: {error!r}")
+                break
+        if task is None:
             state.not_submitted += tasks - number
             return
         result = TaskResult(index, session.id.value, task.id.value, text, submitted_us=submitted_us)
@@ -350,6 +476,7 @@ async def monitor(
         with contextlib.suppress(Exception):
             lists = Keys.broker_queue_lists(queue)
             state.backlog.append(sum([int(await client.llen(name)) for name in lists]))
+        chaos.notice_exits()
         state.live_workers.append(sum(1 for worker in chaos.live if worker.running))
         done = sum(1 for result in state.results if result.outcome is not None)
         if done != last_done:
@@ -529,18 +656,32 @@ _REPUBLISHED = re.compile(
     r"task ([0-9a-f]+) lost its worker; publishing it again"
 )
 _NOT_RUN = re.compile(r"task [0-9a-f]+ not run: (\w+)")
+_RECEIVED = re.compile(r"Task ahp\.run_task\[([0-9a-f]+)\] received")
 
 
-def scan_logs(workers: list[WorkerProcess]) -> tuple[dict[str, list[int]], Counter[str]]:
-    """From the worker logs: when a sweeper published each lost task again (epoch us), and
-    how many run messages the claim dropped, by reason (``task <id> not run: <reason>``).
+@dataclass
+class LogFacts:
+    republished: dict[str, list[int]]
+    """When a sweeper published each lost task again (epoch us)."""
+    dropped: Counter[str]
+    """Run messages the claim dropped, by reason (``task <id> not run: <reason>``)."""
+    received: dict[str, set[Path]]
+    """The logs of the workers that took each task's run message off the broker."""
 
-    Log stamps are the worker's local wall clock (ms), the same host clock as Redis TIME."""
+
+def scan_logs(workers: list[WorkerProcess]) -> LogFacts:
+    """What the worker logs say. Log stamps are the worker's local wall clock (ms), the
+    same host clock as Redis TIME."""
     times: dict[str, list[int]] = defaultdict(list)
     dropped: Counter[str] = Counter()
+    received: dict[str, set[Path]] = defaultdict(set)
     for worker in workers:
         with contextlib.suppress(OSError):
             for line in worker.log_path.read_text(errors="replace").splitlines():
+                taken = _RECEIVED.search(line)
+                if taken:
+                    received[taken[1]].add(worker.log_path)
+                    continue
                 match = _REPUBLISHED.match(line)
                 if match:
                     stamp = datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
@@ -549,7 +690,7 @@ def scan_logs(workers: list[WorkerProcess]) -> tuple[dict[str, list[int]], Count
                 not_run = _NOT_RUN.search(line)
                 if not_run:
                     dropped[not_run[1]] += 1
-    return times, dropped
+    return LogFacts(times, dropped, received)
 
 
 def fmt_us(stamp: float, origin: int) -> str:
@@ -562,6 +703,8 @@ async def check(
     chaos: Chaos,
     planned: int,
     origin_us: int,
+    expected_restarts: int = 0,
+    expected_malformed: bool = False,
 ) -> Findings:
     findings = Findings()
     keys = Keys(settings.namespace)
@@ -607,10 +750,29 @@ async def check(
                 if text != expected_reply(result.text):
                     wrong_outputs.append(f"{result.task_id}: {text!r} for {result.text!r}")
 
-        # Model calls, kills, overlaps.
+        # Model calls, kills, overlaps. A call of a stalled (SIGSTOPped) worker stays open
+        # while its successor runs: that overlap is the stall itself, not two runs calling
+        # the model, as long as the stalled call ends promptly once the process runs again.
         calls = await read_calls(client, settings.namespace)
         unexplained_open = attribute_kills(calls, chaos.kills)
-        overlaps = find_overlaps(calls)
+        overlaps: list[tuple[Call, Call]] = []
+        stall_overlaps: list[tuple[Call, Call, float]] = []
+        for earlier, later in find_overlaps(calls):
+            stall = next(
+                (
+                    pause
+                    for pause in chaos.pauses
+                    if pause.pgid == earlier.pgid
+                    and pause.before_us <= later.start_us <= pause.after_us
+                ),
+                None,
+            )
+            if stall is None:
+                overlaps.append((earlier, later))
+            else:
+                tail = (earlier.effective_end - stall.after_us) / 1e6
+                stall_overlaps.append((earlier, later, tail))
+        long_tails = [item for item in stall_overlaps if item[2] > PAUSE_TAIL_LIMIT_S]
         interrupted = sum(1 for c in calls if c.closed_by_kill is not None)
         by_id = {r.task_id: r for r in results}
         suspects = [r.task_id for r in results if r.outcome is None]
@@ -627,12 +789,14 @@ async def check(
         calls_by_task: dict[str, list[Call]] = defaultdict(list)
         for call in calls:
             calls_by_task[call.task].append(call)
-        kills_sorted = sorted(chaos.kills, key=lambda k: k.before_us)
         recoveries: list[float] = []
         detections: list[float] = []
         queue_waits: list[float] = []
-        republished, dropped = scan_logs(chaos.all)
-        attributed = fallback = unexplained_resumes = 0
+        facts = scan_logs(chaos.all)
+        republished, dropped = facts.republished, facts.dropped
+        faults: list[Kill | Pause] = [*chaos.kills, *chaos.pauses]
+        attributed = by_log = by_pause = 0
+        unexplained_resumes: list[str] = []
         resumed = []
         for result in results:
             record = records[result.task_id]
@@ -645,17 +809,25 @@ async def check(
                 for c in calls_by_task[result.task_id]
                 if c.closed_by_kill is not None and c.start_us < claimed_us
             ]
-            kill: Kill | None = None
+            kill: Kill | Pause | None = None
             if cut:
                 kill = max(cut, key=lambda c: c.start_us).closed_by_kill
                 attributed += 1
             else:
-                earlier = [k for k in kills_sorted if k.before_us <= claimed_us]
-                if earlier:
-                    kill = earlier[-1]
-                    fallback += 1
+                # The fault of a worker that had taken this task's message: its claim (and
+                # lease) went with the kill or lapsed during the stall.
+                takers = facts.received.get(result.task_id, set())
+                candidates = [
+                    f for f in faults if f.log_path in takers and f.before_us <= claimed_us
+                ]
+                if candidates:
+                    kill = max(candidates, key=lambda f: f.before_us)
+                    if isinstance(kill, Pause):
+                        by_pause += 1
+                    else:
+                        by_log += 1
             if kill is None:
-                unexplained_resumes += 1
+                unexplained_resumes.append(result.task_id)
                 continue
             recoveries.append((claimed_us - kill.before_us) / 1e6)
             # claim - kill = (republish - kill) + (claim - republish): finding the loss,
@@ -676,10 +848,19 @@ async def check(
         missing_inputs: list[str] = []
         foreign_inputs: list[str] = []
         thread_inputs = 0
+        unseen_answers: list[str] = []
+        forks: list[str] = []
+        orphans: list[str] = []
+        checkpoints_seen = 0
         async with AsyncRedisSaver(redis_client=client) as saver:
             by_session: dict[str, list[TaskResult]] = defaultdict(list)
             for result in results:
                 by_session[result.session_id].append(result)
+            # An unconfirmed start may have run (at most once): its turn may be in the thread.
+            maybe_ran: dict[str, dict[str, str]] = defaultdict(dict)
+            for result in state.unconfirmed:
+                by_session[result.session_id]
+                maybe_ran[result.session_id][result.task_id] = expected_reply(result.text)
             for session_id, session_results in by_session.items():
                 config: Any = {"configurable": {"thread_id": session_id, "checkpoint_ns": ""}}
                 stored = await saver.aget_tuple(config)
@@ -687,7 +868,7 @@ async def check(
                 messages: list[Any] = list(values.get("messages", []))
                 human = Counter(m.id for m in messages if getattr(m, "type", "") == "human")
                 thread_inputs += sum(human.values())
-                ours = {r.task_id for r in session_results}
+                ours = {r.task_id for r in session_results} | set(maybe_ran[session_id])
                 for task_id, count in human.items():
                     if count > 1:
                         duplicated_inputs.append(f"{session_id}/{task_id} x{count}")
@@ -696,6 +877,47 @@ async def check(
                 for r in session_results:
                     if isinstance(r.outcome, Completed) and human[r.task_id] == 0:
                         missing_inputs.append(f"{session_id}/{r.task_id}")
+                # The thread holds exactly the answers the callers received, in order.
+                answers = dict(maybe_ran[session_id])
+                answers.update(
+                    (r.task_id, r.outcome.output.text)
+                    for r in session_results
+                    if isinstance(r.outcome, Completed) and isinstance(r.outcome.output, TextOutput)
+                )
+                asked: str | None = None
+                for message in messages:
+                    kind = getattr(message, "type", "")
+                    if kind == "human":
+                        asked = message.id
+                    elif kind == "ai":
+                        if asked is None or answers.get(asked) != message.text:
+                            unseen_answers.append(f"{session_id}: {message.text[:80]!r}")
+                        asked = None
+                # The checkpoint chain is linear: every stored checkpoint is an ancestor of
+                # the latest one and no checkpoint has two children (a fenced-off writer's
+                # checkpoint would fork it).
+                children: Counter[str] = Counter()
+                ids: dict[str, str | None] = {}
+                async for item in saver.alist(config):
+                    own = str(item.config["configurable"]["checkpoint_id"])
+                    parent = (
+                        None
+                        if item.parent_config is None
+                        else str(item.parent_config["configurable"]["checkpoint_id"])
+                    )
+                    ids[own] = parent
+                    if parent is not None:
+                        children[parent] += 1
+                checkpoints_seen += len(ids)
+                forks += [f"{session_id}/{cid}" for cid, n in children.items() if n > 1]
+                chain: set[str] = set()
+                cursor = (
+                    None if stored is None else str(stored.config["configurable"]["checkpoint_id"])
+                )
+                while cursor is not None and cursor in ids and cursor not in chain:
+                    chain.add(cursor)
+                    cursor = ids[cursor]
+                orphans += [f"{session_id}/{cid}" for cid in ids if cid not in chain]
     finally:
         await client.aclose()
         await pool.disconnect()
@@ -710,20 +932,40 @@ async def check(
     rows.append(("tasks lost (no outcome by deadline)", str(len(lost))))
     rows.append(("duplicate terminals", str(len(duplicate_terminals))))
     rows.append(("overlapping runs (model-call pairs)", str(len(overlaps))))
+    rows.append(
+        (
+            "  stall overlaps / longest tail after SIGCONT",
+            f"{len(stall_overlaps)} / "
+            f"{max((t for _, _, t in stall_overlaps), default=0.0) * 1000:.0f} ms",
+        )
+    )
     rows.append(("tasks resumed (deliveries > 1)", str(len(resumed))))
+    rows.append(
+        (
+            "  resumes attributed: cut call / log+kill / log+pause / none",
+            f"{attributed} / {by_log} / {by_pause} / {len(unexplained_resumes)}",
+        )
+    )
     rows.append(("  'worker lost' warnings in streams", str(resume_warnings)))
     rows.append(("kills performed", str(len(chaos.kills))))
+    rows.append(("pauses (SIGSTOP past the lease TTL)", str(len(chaos.pauses))))
+    rows.append(("Redis restarts under load", str(len(state.redis_restarts))))
+    rows.append(("malformed messages sent to the queue", str(state.malformed_sent)))
+    rows.append(("workers that exited unkilled", str(len(chaos.unexpected_exits))))
+    rows.append(("starts refused (not delivered) and retried", str(state.start_retries)))
+    rows.append(("unconfirmed starts", str(len(state.unconfirmed))))
+    rows.append(
+        (
+            "checkpoints stored / forks / off the chain",
+            f"{checkpoints_seen} / {len(forks)} / {len(orphans)}",
+        )
+    )
+    rows.append(("answers in threads no caller received", str(len(unseen_answers))))
     rows.append(("model calls / cut off by a kill", f"{len(calls)} / {interrupted}"))
     rows.append(
         (
             "recovery p50 / p95 / max",
             f"{p50:.2f} s / {p95:.2f} s / {max(recoveries, default=float('nan')):.2f} s",
-        )
-    )
-    rows.append(
-        (
-            "  recoveries measured (by cut call / by last kill)",
-            f"{len(recoveries)} ({attributed} / {fallback})",
         )
     )
     rows.append(
@@ -790,14 +1032,46 @@ async def check(
         findings.details += [f"duplicated input: {d}" for d in duplicated_inputs[:20]]
     if recoveries and p50 > RECOVERY_P50_LIMIT_S:
         findings.failures.append(f"recovery p50 {p50:.2f} s > {RECOVERY_P50_LIMIT_S:g} s")
+    not_completed = [
+        f"{r.task_id}: {r.outcome}" for r in results if not isinstance(r.outcome, Completed)
+    ]
+    ran_twice = [
+        r.task_id
+        for r in state.unconfirmed
+        if sum(1 for c in calls_by_task[r.task_id] if c.how == "done") > 1
+    ]
     for label, items in (
+        ("task not Completed", not_completed),
         ("missing input", missing_inputs),
         ("input of another task", foreign_inputs),
         ("wrong output", wrong_outputs),
         ("caller/record mismatch", mismatched),
         ("start error", state.start_errors),
-        ("worker start failure", chaos.start_failures),
+        ("worker exited without being killed", chaos.unexpected_exits),
+        ("resume no fault explains", unexplained_resumes),
+        (
+            "stalled call that went on > 1 s after SIGCONT",
+            [f"{a.task} pgid {a.pgid}: {tail:.2f} s" for a, _, tail in long_tails],
+        ),
+        ("checkpoint fork", forks),
+        ("checkpoint off the latest chain", orphans),
+        ("answer in a thread that no caller received", unseen_answers),
+        ("unconfirmed start that ran twice", ran_twice),
     ):
+        if items:
+            findings.failures.append(f"{len(items)} x {label}")
+            findings.details += [f"{label}: {item}" for item in items[:20]]
+    # The run proves nothing unless the faults it claims really happened and were survived.
+    expected_faults = (
+        ("no worker was killed", not chaos.kills),
+        ("no resume followed a kill", attributed + by_log == 0),
+        ("no worker was paused", chaos.pause_share > 0 and not chaos.pauses),
+        ("no resume followed a pause", chaos.pause_share > 0 and by_pause == 0),
+        ("fewer Redis restarts than asked", len(state.redis_restarts) < expected_restarts),
+        ("no malformed message was sent", expected_malformed and state.malformed_sent == 0),
+    )
+    findings.failures += [f"nothing tested: {what}" for what, missing in expected_faults if missing]
+    for label, items in (("worker start failure", chaos.start_failures),):
         if items:
             findings.warnings.append(f"{len(items)} x {label}")
             findings.details += [f"{label}: {item}" for item in items[:20]]
@@ -808,18 +1082,91 @@ async def check(
         )
     if state.gave_up_reason:
         findings.warnings.append(state.gave_up_reason)
-    if unexplained_resumes:
-        findings.warnings.append(f"{unexplained_resumes} resumed tasks precede every kill")
     failed = [r for r in results if isinstance(r.outcome, Failed | Unresolved | Cancelled)]
     for r in failed[:20]:
         findings.details.append(f"{type(r.outcome).__name__}: {r.task_id}: {r.outcome}")
     return findings
 
 
+# -- more faults ------------------------------------------------------------------------------
+
+
+def malformed_message(queue: str, body: object, headers: dict[str, object]) -> str:
+    """A message in the exact envelope kombu's Redis transport stores, whose Celery body or
+    headers are not a valid ``ahp.run_task`` call (any broker client can send one)."""
+    message_id = uuid4().hex
+    envelope = {
+        "body": base64.b64encode(json.dumps(body).encode()).decode(),
+        "content-encoding": "utf-8",
+        "content-type": "application/json",
+        "headers": {
+            "lang": "py",
+            "task": "ahp.run_task",
+            "id": message_id,
+            "root_id": message_id,
+            "retries": 0,
+            "timelimit": [None, None],
+            **headers,
+        },
+        "properties": {
+            "correlation_id": message_id,
+            "reply_to": "",
+            "delivery_mode": 2,
+            "delivery_info": {"exchange": "", "routing_key": queue},
+            "priority": 0,
+            "body_encoding": "base64",
+            "delivery_tag": str(uuid4()),
+        },
+    }
+    return json.dumps(envelope)
+
+
+async def send_malformed(
+    client: aioredis.Redis, queue: str, every: float, stop: asyncio.Event, state: RunState
+) -> None:
+    """Push a malformed run message onto the queue every ``every`` s (bodies 5, null, {},
+    [1], ..., then a good-looking body with a string ``timelimit``)."""
+    variants: list[tuple[object, dict[str, object]]] = [(body, {}) for body in MALFORMED_BODIES]
+    variants.append(([[], {"namespace": "x", "task_id": "y"}, {}], {"timelimit": "soon"}))
+    index = 0
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every)
+        if stop.is_set():
+            return
+        body, headers = variants[index % len(variants)]
+        index += 1
+        with contextlib.suppress(RedisConnectionError, RedisTimeoutError, RedisBusyLoadingError):
+            await client.lpush(queue, malformed_message(queue, body, headers))
+            state.malformed_sent += 1
+
+
+async def restart_redis(
+    server: EmbeddedRedis,
+    clock: aioredis.Redis,
+    every: float,
+    count: int,
+    stop: asyncio.Event,
+    state: RunState,
+) -> None:
+    """Restart the server (append-only file kept) ``count`` times, every ``every`` s."""
+    for _ in range(count):
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every)
+        if stop.is_set():
+            return
+        before = await redis_time_us(clock)
+        await asyncio.to_thread(server.restart)
+        after = await redis_time_us(clock)
+        state.redis_restarts.append((before, after))
+        console.print(f"  Redis restarted ({(after - before) / 1e6:.2f} s down)")
+
+
 # -- main ------------------------------------------------------------------------------------
 
 
-async def soak(args: argparse.Namespace, redis_url: str, log_dir: Path) -> int:
+async def soak(args: argparse.Namespace, server: EmbeddedRedis, log_dir: Path) -> int:
+    redis_url = server.url
     rng = random.Random(args.seed)
     tag = uuid4().hex[:8]
     settings = Settings(
@@ -848,7 +1195,9 @@ async def soak(args: argparse.Namespace, redis_url: str, log_dir: Path) -> int:
     )
     control = aioredis.Redis.from_url(redis_url, decode_responses=True)
     origin_us = await redis_time_us(control)
-    chaos = Chaos(settings, args.workers, 2, log_dir, rng, args.kill_every, control)
+    chaos = Chaos(
+        settings, args.workers, 2, log_dir, rng, args.kill_every, control, args.pause_share
+    )
     state = RunState()
     exit_code = 1
     started = time.monotonic()
@@ -862,6 +1211,21 @@ async def soak(args: argparse.Namespace, redis_url: str, log_dir: Path) -> int:
         progress = asyncio.create_task(
             monitor(state, chaos, planned, stop, control, settings.queue, args.stall_timeout)
         )
+        extra_faults = []
+        if args.malformed_every > 0:
+            extra_faults.append(
+                asyncio.create_task(
+                    send_malformed(control, settings.queue, args.malformed_every, stop, state)
+                )
+            )
+        if args.redis_restarts > 0:
+            extra_faults.append(
+                asyncio.create_task(
+                    restart_redis(
+                        server, control, args.redis_restart_every, args.redis_restarts, stop, state
+                    )
+                )
+            )
         deadline = asyncio.get_running_loop().time() + args.deadline
         try:
             await asyncio.gather(
@@ -872,11 +1236,19 @@ async def soak(args: argparse.Namespace, redis_url: str, log_dir: Path) -> int:
             )
         finally:
             stop.set()
-            await asyncio.gather(chaos_task, progress, return_exceptions=True)
+            await asyncio.gather(chaos_task, progress, *extra_faults, return_exceptions=True)
             await chaos.settle_starts()
         load_seconds = time.monotonic() - load_started
         console.print(f"load finished in {load_seconds:.1f} s; checking ...")
-        findings = await check(settings, state, chaos, planned, origin_us)
+        findings = await check(
+            settings,
+            state,
+            chaos,
+            planned,
+            origin_us,
+            expected_restarts=args.redis_restarts,
+            expected_malformed=args.malformed_every > 0,
+        )
         try:
             await asyncio.wait_for(harness.aclose(), 60)
         except Exception as error:
@@ -911,9 +1283,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=None, help="default 50 (quick: 10)")
     parser.add_argument("--tasks-per-session", type=int, default=None, help="default 20 (quick: 5)")
     parser.add_argument("--workers", type=int, default=3, help="worker processes (>= 2)")
-    parser.add_argument("--kill-every", type=float, default=4.0, help="seconds between kills")
+    parser.add_argument(
+        "--kill-every", type=float, default=4.0, help="seconds between faults (kill or pause)"
+    )
+    parser.add_argument(
+        "--pause-share",
+        type=float,
+        default=0.25,
+        help="share of the faults that SIGSTOP a worker past the lease TTL, then SIGCONT it",
+    )
+    parser.add_argument(
+        "--redis-restarts", type=int, default=None, help="Redis restarts under load (2; quick 1)"
+    )
+    parser.add_argument(
+        "--redis-restart-every",
+        type=float,
+        default=None,
+        help="seconds between Redis restarts (45; quick 8)",
+    )
+    parser.add_argument(
+        "--malformed-every",
+        type=float,
+        default=5.0,
+        help="seconds between malformed messages pushed onto the queue (0: none)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of the chaos loop")
-    parser.add_argument("--max-deliveries", type=int, default=3, help="AHP_MAX_DELIVERIES")
+    parser.add_argument(
+        "--max-deliveries",
+        type=int,
+        default=6,
+        help="AHP_MAX_DELIVERIES (lost deliveries before Failed; kills here are frequent)",
+    )
     parser.add_argument(
         "--deadline", type=float, default=None, help="seconds for all outcomes (1200; quick 300)"
     )
@@ -932,13 +1332,18 @@ def main(argv: list[str] | None = None) -> int:
         args.sessions = 10 if args.quick else 50
     if args.tasks_per_session is None:
         args.tasks_per_session = 5 if args.quick else 20
+    if args.redis_restarts is None:
+        args.redis_restarts = 1 if args.quick else 2
+    if args.redis_restart_every is None:
+        args.redis_restart_every = 8.0 if args.quick else 45.0
     if args.deadline is None:
         args.deadline = 300.0 if args.quick else 1200.0
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="ahp-soak-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    with EmbeddedRedis() as server:
+    config = EmbeddedRedisConfig(appendonly=args.redis_restarts > 0)
+    with EmbeddedRedis(config) as server:
         console.print(f"redis: embedded Redis 8 at {server.url} (log {server.log_path})")
-        return asyncio.run(soak(args, server.url, log_dir))
+        return asyncio.run(soak(args, server, log_dir))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,11 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables.config import ensure_config
 from pydantic import PrivateAttr
 from redis.asyncio import Redis
+from redis.exceptions import BusyLoadingError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from wire.redis_options import pool_options
 from wire.settings import Settings
 
 CHUNKS = 8
@@ -84,7 +88,7 @@ class SoakChatModel(BaseChatModel):
         loop = id(asyncio.get_running_loop())
         client = self._clients.get(loop)
         if client is None:
-            client = Redis.from_url(Settings().redis_url, decode_responses=True)
+            client = Redis.from_url(Settings().redis_url, decode_responses=True, **pool_options())
             self._clients[loop] = client
         return client, self._namespace
 
@@ -123,9 +127,7 @@ class SoakChatModel(BaseChatModel):
             "task", str(metadata.get("ahp_task_id", "")),
         ]  # fmt: skip
         # The start is on record before the call does anything.
-        await _complete(
-            redis.eval(_STAMP, 2, key, calls_key(namespace), "start_us", call_id, *fields)
-        )
+        await _complete(_stamp(redis, 2, key, calls_key(namespace), "start_us", call_id, *fields))
         how = "error"
         try:
             asked = [message.text for message in messages if isinstance(message, HumanMessage)]
@@ -144,7 +146,7 @@ class SoakChatModel(BaseChatModel):
             how = "cancelled"
             raise
         finally:
-            await _complete(redis.eval(_STAMP, 1, key, "end_us", call_id, "how", how))
+            await _complete(_stamp(redis, 1, key, "end_us", call_id, "how", how))
 
 
 def _split(text: str, parts: int) -> list[str]:
@@ -158,6 +160,19 @@ def _usage(messages: list[BaseMessage], reply: str) -> UsageMetadata:
     return UsageMetadata(
         input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion
     )
+
+
+async def _stamp(redis: Redis, count: int, *args: str) -> None:
+    """Record a stamp; the soak's bookkeeping (not the "provider") waits out a Redis restart,
+    so a restart under load never looks like a failing model."""
+    for attempt in range(300):
+        try:
+            await redis.eval(_STAMP, count, *args)
+            return
+        except (RedisConnectionError, RedisTimeoutError, BusyLoadingError):
+            if attempt == 299:
+                raise
+            await asyncio.sleep(0.1)
 
 
 async def _complete(command: Any) -> None:
