@@ -1257,7 +1257,7 @@ async def soak(args: argparse.Namespace, server: EmbeddedRedis, log_dir: Path) -
         await chaos.stop_all()
         await control.aclose()
 
-    table = Table(title=f"soak: worker loss ({time.monotonic() - started:.0f} s wall)")
+    table = Table(title=f"soak: faults ({time.monotonic() - started:.0f} s wall)")
     table.add_column("figure", no_wrap=True)
     table.add_column("value", justify="right", no_wrap=True)
     for name, value in findings.rows:
