@@ -37,8 +37,9 @@ from wire.keys import Keys
 from wire.settings import Settings
 from wire.store import RecordStore
 from workers.checkpoints import FencedRedisSaver
-from workers.errors import StaleLeaseError
+from workers.errors import FencingUnavailableError, StaleLeaseError
 from workers.lease import LEASE_CONFIG_KEY, SessionLease
+from workers.runtime import WorkerRuntime
 
 from .support.boundary import ModelBoundary
 from .support.controlled_model import MODEL_REDIS_URL_ENV
@@ -461,3 +462,12 @@ async def test_the_saver_fences_each_write_with_the_lease_of_the_run_that_makes_
     pointer = sync_redis.get(f"checkpoint_latest:{thread}:__empty__")
     assert pointer is not None
     assert landed["id"] in str(pointer)
+
+
+def test_a_worker_refuses_checkpoints_in_another_redis_than_the_leases(settings: Settings) -> None:
+    """Fencing needs the lease and the checkpoint in one Redis (one atomic script)."""
+    elsewhere = settings.model_copy(update={"checkpoint_url": "redis://127.0.0.1:9/0"})
+    runtime = WorkerRuntime(elsewhere)
+    with pytest.raises(FencingUnavailableError, match="AHP_CHECKPOINT_URL"):
+        runtime.start()
+    assert not runtime.started
