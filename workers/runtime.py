@@ -154,7 +154,7 @@ class _LoopState:
         A lost connection (Redis restarting) is retried with backoff for as long as the
         process lives. Pub/sub does not replay what was published while this listener
         was away, so after reconnecting it reads the durable cancel flag of every live
-        run once (the lease renewer reads it too, but only every third of the TTL)."""
+        run once (the lease renewer reads it too, but only every sixth of the TTL)."""
         channel = self.keys.cancel_channel()
         outage = _Outage("cancellation listener")
         while True:
