@@ -205,16 +205,20 @@ class _Monitor:
         self._thread.start()
 
     def _watch(self) -> None:
-        with self._client.monitor() as monitor:
-            while not self._stop.is_set():
-                try:
-                    command = str(monitor.next_command().get("command", ""))
-                except Exception:
-                    continue
-                if all(marker in command for marker in self._markers):
-                    self.seen.set()
+        try:
+            with self._client.monitor() as monitor:
+                while not self._stop.is_set():
+                    try:
+                        command = str(monitor.next_command().get("command", ""))
+                    except Exception:
+                        continue
+                    if all(marker in command for marker in self._markers):
+                        self.seen.set()
+        finally:
+            self._client.close()
 
     def close(self) -> None:
+        """Stop at the next command Redis executes (the workers issue them all the time)."""
         self._stop.set()
 
 
