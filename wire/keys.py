@@ -58,8 +58,11 @@ class Keys:
 
     def checkpoint_latest(self, session_id: str) -> str:
         """String owned by langgraph-checkpoint-redis: the key of the thread's latest
-        checkpoint (root namespace ``""`` is stored as ``__empty__``). Read only, to tell
-        whether a persistent session's stored history is available."""
+        checkpoint (root namespace ``""`` is stored as ``__empty__``). Workers write it (and
+        the checkpoint documents, the pending writes) only through the fenced scripts
+        ``checkpoint_put.lua`` / ``checkpoint_writes.lua``, checked against
+        :meth:`lease` in the same step; callers read it, to tell whether a persistent
+        session's stored history is available."""
         return f"checkpoint_latest:{self.thread_id(session_id)}:__empty__"
 
     # -- tasks --------------------------------------------------------------------------

@@ -35,7 +35,10 @@ class Settings(BaseSettings):
         default=None, description="Celery broker; defaults to redis_url."
     )
     checkpoint_url: str | None = Field(
-        default=None, description="Redis for LangGraph checkpoints; defaults to redis_url."
+        default=None,
+        description="Redis for LangGraph checkpoints; defaults to redis_url and must name "
+        "the same Redis (workers refuse another: checkpoint writes are fenced by the "
+        "session lease in one atomic script).",
     )
     namespace: str = Field(default="ahp", description="Prefix of every key of this deployment.")
     queue: str = Field(default="ahp.tasks", description="Celery queue of AHP task runs.")

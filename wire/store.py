@@ -123,7 +123,6 @@ class RecordStore:
         self._cancel: AsyncScript = redis.register_script(scripts.CANCEL)
         self._renew: AsyncScript = redis.register_script(scripts.RENEW)
         self._release: AsyncScript = redis.register_script(scripts.RELEASE)
-        self._holds: AsyncScript = redis.register_script(scripts.HOLDS)
         self._recover: AsyncScript = redis.register_script(scripts.RECOVER)
         self._lapsed: AsyncScript = redis.register_script(scripts.LAPSED)
         self._recover_starting: AsyncScript = redis.register_script(scripts.RECOVER_STARTING)
@@ -365,6 +364,3 @@ class RecordStore:
             self.keys.task(task_id),
         ]
         await self._release(keys=keys, args=[lease, task_id])
-
-    async def holds(self, session_id: str, lease: str) -> bool:
-        return bool(await self._holds(keys=[self.keys.lease(session_id)], args=[lease]))

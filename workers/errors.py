@@ -4,6 +4,7 @@ WorkerError (RuntimeError)
 ├── StaleLeaseError        this run no longer holds its session lease; it must not write
 ├── ModelCallCancelledError the cancellation delivered to a model call ended it
 ├── RuntimeStoppedError    the process's loop stopped while a run was in progress
+├── FencingUnavailableError checkpoints and leases are configured in different Redis servers
 ├── ProfileMismatchError   the caller's profile declaration differs from this worker's
 └── ModelBuildError        the profile's chat model could not be built
 """
@@ -23,6 +24,11 @@ class ModelCallCancelledError(WorkerError):
 
 class RuntimeStoppedError(WorkerError):
     """The worker loop stopped during a run; the message must be handed back."""
+
+
+class FencingUnavailableError(WorkerError):
+    """Checkpoint writes cannot be fenced: the checkpoints are configured in another Redis
+    than the session leases."""
 
 
 class ProfileMismatchError(WorkerError):

@@ -25,6 +25,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 from .errors import ModelCallCancelledError
+from .lease import LEASE_CONFIG_KEY
 
 INSTRUCTIONS = "ahp_instructions"
 TASK_ID = "ahp_task_id"
@@ -138,12 +139,16 @@ class ModelGraph:
         text: str,
         instructions: str | None,
         metadata: Mapping[str, str],
+        lease: object | None = None,
     ) -> AsyncIterator[tuple[str, Any]]:
-        """Run one turn; yields LangGraph's native ``(mode, payload)`` stream items."""
-        config: RunnableConfig = {
-            "configurable": {"thread_id": thread_id, INSTRUCTIONS: instructions},
-            "metadata": dict(metadata),
-        }
+        """Run one turn; yields LangGraph's native ``(mode, payload)`` stream items.
+
+        ``lease`` (the run's ``workers.lease.SessionLease``) travels in the run's config to
+        every checkpointer call of this run: the saver fences its writes with it."""
+        configurable: dict[str, Any] = {"thread_id": thread_id, INSTRUCTIONS: instructions}
+        if lease is not None:
+            configurable[LEASE_CONFIG_KEY] = lease
+        config: RunnableConfig = {"configurable": configurable, "metadata": dict(metadata)}
         # The input message carries the task id, so a resumed task can tell whether its
         # lost run already checkpointed this turn (see ``checkpointed_answer``).
         task_id = metadata.get(TASK_ID) or None

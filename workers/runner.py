@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from agent_harness_protocol import (
     AgentUsage,
@@ -41,10 +42,10 @@ from wire.profiles import AgentProfile, CancellationSemantics
 from wire.settings import Settings
 from wire.store import ClaimResult, RecordStore, Settlement, SettleResult
 
-from .checkpoints import HeldLease, LeaseRegistry
 from .errors import ModelCallCancelledError, ProfileMismatchError, StaleLeaseError
 from .event_sink import EventSink
 from .graph import ModelCalls, ModelGraph
+from .lease import SessionLease
 from .loss import loss_policy
 from .turn import TurnResult, TurnTranslator, run_turn
 
@@ -53,11 +54,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(eq=False)
 class LiveRun:
-    """A run of this process, reachable by the cancellation listener."""
+    """A run of this process, reachable by the cancellation listener and the runtime."""
 
     task_id: str
     cancel_requested: asyncio.Event = field(default_factory=asyncio.Event)
     lease_lost: asyncio.Event = field(default_factory=asyncio.Event)
+    """Shared with the run's ``SessionLease`` (``lost``)."""
+    task: asyncio.Task[None] | None = None
+    """The asyncio task running it: what the runtime cancels when it stops."""
     handed_back: bool = False
     """The worker is stopping and the graph run ended unsettled: the lease is handed back
     so the redelivered message resumes the task at once."""
@@ -88,7 +92,6 @@ class TaskRunner:
         store: RecordStore,
         profiles: Mapping[str, AgentProfile],
         graphs: GraphProvider,
-        leases: LeaseRegistry,
         runs: dict[str, LiveRun],
         token: str,
         delete_thread: ThreadDeleter,
@@ -97,7 +100,6 @@ class TaskRunner:
         self._store = store
         self._profiles = profiles
         self._graphs = graphs
-        self._leases = leases
         self._runs = runs
         self._token = token
         self._delete_thread = delete_thread
@@ -113,10 +115,12 @@ class TaskRunner:
             if not session_id:
                 log.warning("task %s has no record; message dropped", task_id)
                 return
-        live = LiveRun(task_id)
+        live = LiveRun(task_id, task=asyncio.current_task())
         self._runs[task_id] = live
         try:
             policy = loss_policy(self._settings, TaskId(task_id))
+            # The lease lives at least one TTL from when its claim was sent.
+            acquired_at = asyncio.get_running_loop().time()
             claim = await self._store.claim(
                 session_id, task_id, self._token, self._lease_ms, policy
             )
@@ -124,27 +128,32 @@ class TaskRunner:
                 log.info("task %s not run: %s", task_id, claim.result.value)
                 return
             resumed = claim.previous_state == TaskState.RUNNING.value
-            await self._run_claimed(
-                live, session_id, claim.task, claim.session, claim.lease, resumed=resumed
+            lease = SessionLease(
+                self._store,
+                session_id,
+                task_id,
+                claim.lease,
+                self._settings.lease_ttl,
+                acquired_at=acquired_at,
+                cancel_requested=live.cancel_requested,
+                lost=live.lease_lost,
             )
+            await self._run_claimed(live, lease, claim.task, claim.session, resumed=resumed)
         finally:
             self._runs.pop(task_id, None)
 
     async def _run_claimed(
         self,
         live: LiveRun,
-        session_id: str,
+        lease: SessionLease,
         record: Mapping[str, str],
         session: Mapping[str, str],
-        lease: str,
         *,
         resumed: bool,
     ) -> None:
         task_id = live.task_id
-        held = HeldLease(session_id, lease)
-        thread_id = self._store.keys.thread_id(session_id)
-        self._leases.register(thread_id, held)
-        sink = EventSink(self._store, session_id, task_id, lease)
+        session_id = lease.session_id
+        sink = EventSink(self._store, session_id, task_id, lease.value)
         sink.start()
         if resumed:
             tag, payload = event_to_entry(
@@ -157,37 +166,37 @@ class TaskRunner:
                 )
             )
             sink.emit(SEMANTIC, tag, payload)
-        renewer = asyncio.create_task(self._renew(live, session_id, lease))
+        lease.start()
         run_ended = True
         released = False
         try:
-            outcome = await self._outcome(live, session_id, record, session, sink, resumed)
-            await sink.drain()
-            if outcome is None or sink.lease_lost or live.lease_lost.is_set():
+            outcome = await self._outcome(live, lease, record, session, sink, resumed)
+            if outcome is None or lease.lost.is_set():
+                # The new holder settles; events of this run would be refused anyway.
                 log.warning(
                     "task %s lost its lease; its outcome is left to the new holder", task_id
                 )
                 return
-            released = await self._settle(session_id, outcome, lease, run_ended=True)
+            await sink.drain()
+            if sink.lease_lost or lease.lost.is_set():
+                log.warning(
+                    "task %s lost its lease; its outcome is left to the new holder", task_id
+                )
+                return
+            released = await self._settle(session_id, outcome, lease.value, run_ended=True)
         except _OutlivedBudget as outlived:
             run_ended = False
             await sink.drain()
-            await self._settle(session_id, outlived.outcome, lease, run_ended=False)
-            with contextlib.suppress(BaseException):
-                await outlived.execution
+            await self._settle(session_id, outlived.outcome, lease.value, run_ended=False)
+            await self._outlive(outlived.execution, lease)
         except asyncio.CancelledError:
             if live.handed_back:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(sink.drain())
-                    await asyncio.shield(self._store.release(session_id, task_id, lease))
+                await _shielded(self._hand_back(sink, lease))
             raise
         finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
-            self._leases.unregister(thread_id, held)
+            await lease.stop()
             if not run_ended:
-                await self._store.release(session_id, task_id, lease)
+                await lease.release()
                 record_now = await self._store.session_record(session_id)
                 released = record_now.get("closed") == "1" and record_now.get("persistent") != "1"
             if released:
@@ -196,13 +205,14 @@ class TaskRunner:
     async def _outcome(
         self,
         live: LiveRun,
-        session_id: str,
+        lease: SessionLease,
         record: Mapping[str, str],
         session: Mapping[str, str],
         sink: EventSink,
         resumed: bool,
     ) -> TaskOutcome | None:
         task = TaskId(live.task_id)
+        session_id = lease.session_id
         try:
             profile = self._profile_for(session)
             spec = spec_from_json(loads(session["spec"]))
@@ -228,6 +238,7 @@ class TaskRunner:
                 spec.instructions,
                 metadata,
                 resumed=resumed,
+                lease=lease,
             )
         )
         try:
@@ -340,37 +351,35 @@ class TaskRunner:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 1.0)
 
-    async def _renew(self, live: LiveRun, session_id: str, lease: str) -> None:
-        """Extend the lease every third of its TTL and read the durable cancel flag.
+    async def _outlive(self, execution: asyncio.Task[TurnResult], lease: SessionLease) -> None:
+        """Wait for a graph run that outlived its cancellation budget (its task is settled;
+        it keeps the session's lease while it runs). Once the lease is lost it is
+        cancelled again; its writes are refused either way."""
+        lost = asyncio.create_task(lease.lost.wait())
+        try:
+            await asyncio.wait({execution, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+        if not execution.done():
+            self._graphs.calls.cancel(lease.task_id)
+            execution.cancel()
+        with contextlib.suppress(BaseException):
+            await execution
 
-        The claim has just set a full TTL, and the run was registered for cancellation
-        messages before it claimed, so the first renewal waits one interval."""
-        ttl = self._settings.lease_ttl.total_seconds()
-        interval = max(ttl / 3, 0.05)
-        loop = asyncio.get_running_loop()
-        renewed_at = loop.time()
-        pause = interval
-        while True:
-            await asyncio.sleep(pause)
-            pause = interval
-            try:
-                held, cancel = await self._store.renew(
-                    session_id, live.task_id, lease, self._lease_ms
-                )
-            except (RedisConnectionError, RedisTimeoutError):
-                # Redis is unreachable (restarting): retry soon while the lease may still
-                # be ours; once it may have lapsed, another worker may hold it.
-                if loop.time() - renewed_at < ttl:
-                    log.warning("task %s could not renew its lease; retrying", live.task_id)
-                    pause = min(0.2, interval)
-                    continue
-                held, cancel = False, False
-            renewed_at = loop.time()
-            if not held:
-                live.lease_lost.set()
-                return
-            if cancel:
-                live.cancel_requested.set()
+    async def _hand_back(self, sink: EventSink, lease: SessionLease) -> None:
+        """The worker is stopping and the graph run has ended unsettled: write the events
+        it emitted and free the lease, so the requeued message is claimed at once."""
+        budget = self._settings.cleanup_per_task.total_seconds()
+        try:
+            await asyncio.wait_for(sink.drain(), budget)
+        except (Exception, asyncio.CancelledError):
+            log.warning("task %s: events not all written while handing back", lease.task_id)
+        try:
+            await lease.release()
+        except Exception:
+            log.exception("task %s: the lease could not be handed back", lease.task_id)
+        else:
+            log.info("task %s handed back; lease %s released", lease.task_id, lease.value)
 
     async def _delete_released_thread(self, session_id: str) -> None:
         """The session was released while this run went on: its last writes must go too."""
@@ -390,6 +399,14 @@ class _OutlivedBudget(Exception):
         super().__init__("graph run outlived its cancellation budget")
         self.outcome = outcome
         self.execution = execution
+
+
+async def _shielded(coroutine: Coroutine[Any, Any, None]) -> None:
+    """Run ``coroutine`` to its end even if the caller is cancelled meanwhile (again)."""
+    task = asyncio.ensure_future(coroutine)
+    while not task.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(task)
 
 
 async def _first_of(*events: asyncio.Event) -> None:

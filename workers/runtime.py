@@ -29,8 +29,8 @@ from wire.redis_options import pool_options
 from wire.settings import Settings
 from wire.store import RecordStore
 
-from .checkpoints import FencedRedisSaver, LeaseRegistry
-from .errors import RuntimeStoppedError
+from .checkpoints import FencedRedisSaver
+from .errors import FencingUnavailableError, RuntimeStoppedError
 from .graph import ModelCalls, ModelGraph
 from .import_cache import fail_fast_if_missing
 from .models import build_model
@@ -86,14 +86,19 @@ class _LoopState:
         republish: Callable[[str, str], None] | None,
     ) -> None:
         self.settings = settings
+        if settings.effective_checkpoint_url != settings.redis_url:
+            raise FencingUnavailableError(
+                "AHP_CHECKPOINT_URL must name the Redis of AHP_REDIS_URL (or be unset): "
+                "checkpoint writes are fenced by the session lease in one atomic script, "
+                "so the checkpoints and the leases must live in one Redis"
+            )
         self.keys = Keys(settings.namespace)
         self.redis = Redis(connection_pool=_pool(settings.redis_url, settings, decode=True))
         self.store = RecordStore(self.redis, self.keys)
-        self.leases = LeaseRegistry(self.store)
         self.checkpoint_redis = Redis(
             connection_pool=_pool(settings.effective_checkpoint_url, settings, decode=False)
         )
-        self.saver = FencedRedisSaver(redis_client=self.checkpoint_redis, leases=self.leases)
+        self.saver = FencedRedisSaver(redis_client=self.checkpoint_redis)
         self.runs: dict[str, LiveRun] = {}
         self.token = uuid4().hex
         self.deleter = _Deleter(self.saver)
@@ -102,7 +107,6 @@ class _LoopState:
             store=self.store,
             profiles=profiles,
             graphs=_Graphs(self.saver),
-            leases=self.leases,
             runs=self.runs,
             token=self.token,
             delete_thread=self.deleter,
@@ -124,6 +128,16 @@ class _LoopState:
         self.background.append(asyncio.create_task(self._listen_for_cancellations()))
         self.background.append(asyncio.create_task(self._serve_maintenance()))
 
+    async def stop_runs(self) -> None:
+        """Cancel the runs in progress and wait for them (each hands its lease back once
+        its graph run has ended), before anything they need is torn down."""
+        runs = [run.task for run in self.runs.values() if run.task is not None]
+        for task in runs:
+            task.cancel()
+        if runs:
+            budget = self.settings.cleanup_per_task.total_seconds()
+            await asyncio.wait(runs, timeout=2 * budget + 3)
+
     async def close(self) -> None:
         for task in self.background:
             task.cancel()
@@ -140,7 +154,7 @@ class _LoopState:
         A lost connection (Redis restarting) is retried with backoff for as long as the
         process lives. Pub/sub does not replay what was published while this listener
         was away, so after reconnecting it reads the durable cancel flag of every live
-        run once (the lease renewer reads it too, but only every third of the TTL)."""
+        run once (the lease renewer reads it too, but only every sixth of the TTL)."""
         channel = self.keys.cancel_channel()
         outage = _Outage("cancellation listener")
         while True:
@@ -367,6 +381,11 @@ class WorkerRuntime:
             if loop is None or thread is None:
                 return
             self._stopping = True
+            if state is not None:
+                # Runs first, while the event sinks, the lease scripts and the clients
+                # they hand back through are still alive; then whatever is left.
+                with contextlib.suppress(Exception):
+                    asyncio.run_coroutine_threadsafe(state.stop_runs(), loop).result(timeout=10)
             with contextlib.suppress(Exception):
                 asyncio.run_coroutine_threadsafe(_cancel_runs(), loop).result(timeout=10)
             if state is not None:

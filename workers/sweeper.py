@@ -1,6 +1,6 @@
 """Find tasks whose worker was lost, and resume or settle them within seconds.
 
-A run renews its session lease every third of ``lease_ttl``. When its worker dies
+A run renews its session lease every sixth of ``lease_ttl``. When its worker dies
 (SIGKILL, OOM, a lost machine) the lease lapses, but the broker would only redeliver the
 unacknowledged message after the visibility timeout (hours). Every worker therefore sweeps
 the running set every ``sweep_interval``: a claimed task whose lease lapsed is published

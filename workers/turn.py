@@ -129,6 +129,7 @@ async def run_turn(
     metadata: Mapping[str, str],
     *,
     resumed: bool = False,
+    lease: object | None = None,
 ) -> TurnResult:
     """Run the turn; a resumed task whose lost run already checkpointed its answer is
     finished from that checkpoint instead of running (and appending its input) again."""
@@ -138,6 +139,6 @@ async def run_turn(
         if answer is not None:
             translator.adopt(answer)
             return translator.finish()
-    async for mode, payload in graph.stream_turn(thread_id, text, instructions, metadata):
+    async for mode, payload in graph.stream_turn(thread_id, text, instructions, metadata, lease):
         translator.observe(mode, payload)
     return translator.finish()

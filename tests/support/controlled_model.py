@@ -11,6 +11,10 @@ Keys (test-only, outside every deployment namespace), under ``ahp-test:boundary:
 ``cancellations`` and ``overlaps`` counters, ``running:<session id>`` the calls in
 progress per session, ``script:<task id>`` scripted commands for one task. An input
 containing ``AHP_KILL_WORKER`` makes the model SIGKILL its own worker process.
+
+The model keeps its bookkeeping in ``AHP_TEST_MODEL_REDIS_URL`` when set (else the
+deployment's Redis), so a test can partition a worker's own Redis traffic (through a
+proxy) without cutting what the model records.
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ CANCELLATIONS = PREFIX + "cancellations"
 ABORT = PREFIX + "abort"
 OVERLAPS = PREFIX + "overlaps"
 
+
+MODEL_REDIS_URL_ENV = "AHP_TEST_MODEL_REDIS_URL"
+"""Where the model keeps its bookkeeping, if not in the deployment's Redis."""
 
 KILL_MARKER = "AHP_KILL_WORKER"
 """An input containing this kills the worker process running the model (a poison task)."""
@@ -90,6 +97,9 @@ class ControlledChatModel(BaseChatModel):
     """Pause after each load chunk: the stream takes a while (and spans, e.g., an outage)."""
     hold_before_reply: bool = False
     """Stream the load chunks first and wait while held only before the reply chunk."""
+    reply_tagged: bool = False
+    """End the reply with ``-<call id>`` (also recorded with the call as ``reply``): the
+    answers of two runs differ."""
     input_tokens: int | None = None
     output_tokens: int | None = None
 
@@ -103,7 +113,8 @@ class ControlledChatModel(BaseChatModel):
         loop = id(asyncio.get_running_loop())
         client = self._clients.get(loop)
         if client is None:
-            client = Redis.from_url(Settings().redis_url, decode_responses=True, **pool_options())
+            url = os.environ.get(MODEL_REDIS_URL_ENV) or Settings().redis_url
+            client = Redis.from_url(url, decode_responses=True, **pool_options())
             self._clients[loop] = client
         return client
 
@@ -162,6 +173,8 @@ class ControlledChatModel(BaseChatModel):
             "pid": os.getpid(),
         }
         member = f"{os.getpid()}:{uuid4().hex}"
+        reply = f"{self.reply}-{member.split(':')[1][:12]}" if self.reply_tagged else self.reply
+        call["reply"] = reply
         # Bookkeeping runs to completion whatever happens to the call, so the counters
         # never leak: a cancellation during it is taken after it (or ignored, if so set).
         entered = asyncio.ensure_future(self._enter(redis, running, member))
@@ -176,7 +189,7 @@ class ControlledChatModel(BaseChatModel):
                 async for chunk in self._follow_script(redis, task_id):
                     yield chunk
                 return
-            texts = [f"chunk{index} " for index in range(self.load_chunks)] + [self.reply]
+            texts = [f"chunk{index} " for index in range(self.load_chunks)] + [reply]
             for index, text in enumerate(texts):
                 last = index == len(texts) - 1
                 if last and self.hold_before_reply:

@@ -44,6 +44,8 @@ _ALL = [
     ),
     _profile("lifecycle", cancellation=UNCONFIRMED, scripted=True, ignore_cancellation=True),
     _profile("metered", input_tokens=7, output_tokens=3),
+    # Each run's answer names its worker process: a stale run's answer is recognisable.
+    _profile("tagged", reply_tagged=True),
     _profile("undeclared"),
     _profile("ephemeral-hidden", retention=Retention.EPHEMERAL, visibility=Visibility.HIDDEN),
     _profile(

@@ -1,0 +1,477 @@
+"""One writer per thread, whatever stalls: fenced checkpoint writes, renewal deadline, hand-back.
+
+Workers run as separate OS processes where the boundary matters. A worker whose own Redis
+traffic must be stalled or partitioned talks to Redis through a TCP proxy
+(``tests.support.tcp_proxy``); its controlled model keeps its bookkeeping on a direct
+connection (``AHP_TEST_MODEL_REDIS_URL``), so the observations never pass the proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from uuid import uuid4
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from agent_harness_protocol import (
+    Completed,
+    SessionSpec,
+    TaskRequest,
+    TextInput,
+    TextOutput,
+)
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, empty_checkpoint
+from langgraph.checkpoint.redis.aio import AsyncRedisSaver
+
+from harness import CeleryHarness
+from tooling.worker_process import WorkerProcess
+from wire.keys import Keys
+from wire.settings import Settings
+from wire.store import RecordStore
+from workers.checkpoints import FencedRedisSaver
+from workers.errors import FencingUnavailableError, StaleLeaseError
+from workers.lease import LEASE_CONFIG_KEY, SessionLease
+from workers.runtime import WorkerRuntime
+
+from .support.boundary import ModelBoundary
+from .support.controlled_model import MODEL_REDIS_URL_ENV
+from .support.tcp_proxy import proxy_to
+
+
+def _deployment(settings: Settings, **changes: object) -> Settings:
+    suffix = uuid4().hex[:6]
+    update: dict[str, object] = {
+        "namespace": f"{settings.namespace}-fence-{suffix}",
+        "queue": f"{settings.queue}.fence.{suffix}",
+        "lease_ttl": timedelta(seconds=2),
+        "sweep_interval": timedelta(seconds=0.25),
+        **changes,
+    }
+    return settings.model_copy(update=update)
+
+
+def _request(text: str) -> TaskRequest:
+    return TaskRequest(TextInput(text))
+
+
+async def _until(predicate: Callable[[], object], what: str, within: float = 30) -> None:
+    """Poll a condition observed in Redis, the boundary or the proxy."""
+    try:
+        async with asyncio.timeout(within):
+            while not predicate():  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+def _record(client: redis.Redis, settings: Settings, task_id: str) -> dict[str, str]:
+    return dict(client.hgetall(Keys(settings.namespace).task(task_id)))  # type: ignore[arg-type]
+
+
+def _terminal_entries(client: redis.Redis, settings: Settings, task_id: str) -> int:
+    entries = client.xrange(Keys(settings.namespace).events(task_id))
+    return sum(1 for _, fields in entries if fields.get("t") == "terminal")  # type: ignore[union-attr]
+
+
+def _server_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()  # type: ignore[misc]
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def _history_texts(redis_url: str, thread_id: str) -> list[list[str]]:
+    """The messages of every checkpoint stored for the thread, read by a plain saver."""
+    saver = AsyncRedisSaver(redis_url=redis_url)
+    await saver.asetup()
+    try:
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+        return [
+            [message.text for message in stored.checkpoint["channel_values"].get("messages", [])]
+            async for stored in saver.alist(config)
+        ]
+    finally:
+        await saver.__aexit__(None, None, None)
+
+
+def _answer(outcome: object) -> str:
+    assert isinstance(outcome, Completed), outcome
+    assert isinstance(outcome.output, TextOutput)
+    return outcome.output.text
+
+
+@pytest.fixture
+def workers() -> Iterator[list[WorkerProcess]]:
+    started: list[WorkerProcess] = []
+    yield started
+    for worker in started:
+        if worker.pid is not None:
+            with _suppress_lookup():
+                os.killpg(worker.pid, signal.SIGCONT)
+        worker.kill()
+
+
+class _suppress_lookup:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return exc[0] is ProcessLookupError
+
+
+async def _start(workers: list[WorkerProcess], worker: WorkerProcess) -> WorkerProcess:
+    workers.append(worker)
+    await asyncio.to_thread(worker.start)
+    return worker
+
+
+@pytest.mark.processes
+async def test_a_paused_holder_cannot_move_the_thread_back_to_its_stale_turn(
+    settings: Settings,
+    boundary: ModelBoundary,
+    sync_redis: redis.Redis,
+    workers: list[WorkerProcess],
+) -> None:
+    """The holder's checkpoint write is on its way (held in the network) when the holder
+    is paused past the TTL; another worker resumes and completes the task; then the
+    write reaches Redis and the holder resumes. The thread keeps only the answer the
+    caller saw: in its history, in the latest pointer, in the next task's context."""
+    deployment = _deployment(settings)
+    keys = Keys(deployment.namespace)
+    model_env = {MODEL_REDIS_URL_ENV: settings.redis_url}
+    with proxy_to(settings.redis_url) as proxy:
+        paused = await _start(
+            workers,
+            WorkerProcess(
+                deployment.model_copy(update={"redis_url": proxy.url}),
+                concurrency=1,
+                extra_env=model_env,
+                name="paused",
+            ),
+        )
+        assert paused.pid is not None
+        async with CeleryHarness(deployment, profile="tagged") as harness:
+            session = await harness.create_session(SessionSpec())
+            thread = keys.thread_id(session.id.value)
+            first = await session.start_task(_request("earlier-turn"))
+            await asyncio.wait_for(first.await_outcome(), 30)
+            boundary.hold()
+            task = await session.start_task(_request("contested-turn"))
+            await _until(lambda: boundary.calls_for(task.id.value), "the first run's model call")
+            stale_answer = str(boundary.calls_for(task.id.value)[0]["reply"])
+            # The first run's checkpoint write (carrying its answer) stays in the network.
+            proxy.freeze_when(stale_answer.encode(), b"channel_values")
+            boundary.release()
+            await _until(proxy.frozen.is_set, "the first run's checkpoint write")
+            os.killpg(paused.pid, signal.SIGSTOP)
+            try:
+                await _start(workers, WorkerProcess(deployment, concurrency=1, name="resumer"))
+                answer = _answer(await asyncio.wait_for(task.await_outcome(), 60))
+                assert answer != stale_answer
+                pointer = sync_redis.get(keys.checkpoint_latest(session.id.value))
+                assert pointer
+                proxy.thaw()
+                await _until(proxy.answered.is_set, "Redis executing the held write")
+            finally:
+                os.killpg(paused.pid, signal.SIGCONT)
+            assert sync_redis.get(keys.checkpoint_latest(session.id.value)) == pointer
+            follow = await session.start_task(_request("next-turn"))
+            await asyncio.wait_for(follow.await_outcome(), 60)
+            texts = list(boundary.calls_for(follow.id.value)[0]["texts"])  # type: ignore[call-overload]
+            assert stale_answer not in texts
+            assert texts.count(answer) == 1
+            assert texts.count("contested-turn") == 1
+            for messages in await _history_texts(settings.redis_url, thread):
+                assert stale_answer not in messages
+            assert _terminal_entries(sync_redis, deployment, task.id.value) == 1
+            assert boundary.overlaps == 0
+
+
+class _Monitor:
+    """Redis MONITOR in a thread: proves a command carrying given markers was executed."""
+
+    def __init__(self, redis_url: str, *markers: str) -> None:
+        self._client = redis.Redis.from_url(redis_url, decode_responses=True)
+        self._markers = markers
+        self.seen = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        try:
+            with self._client.monitor() as monitor:
+                while not self._stop.is_set():
+                    try:
+                        command = str(monitor.next_command().get("command", ""))
+                    except Exception:
+                        continue
+                    if all(marker in command for marker in self._markers):
+                        self.seen.set()
+        finally:
+            self._client.close()
+
+    def close(self) -> None:
+        """Stop at the next command Redis executes (the workers issue them all the time)."""
+        self._stop.set()
+
+
+async def test_a_run_that_outlived_its_cancellation_cannot_write_into_the_next_run_of_its_session(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    """In one worker process: a run whose model ignores cancellation outlives it; its lease
+    lapses, the next task of the session is claimed in the same process, and only then
+    does the stale run reach its checkpoint write. It is refused: nothing of the stale
+    run lands in the thread."""
+    keys = Keys(settings.namespace)
+    async with CeleryHarness(settings, profile="ignoring") as harness:
+        session = await harness.create_session(SessionSpec())
+        first = await session.start_task(_request("earlier-turn"))
+        await asyncio.wait_for(first.await_outcome(), 30)
+        boundary.hold()
+        stale = await session.start_task(_request("stale-input"))
+        await _until(lambda: boundary.calls_for(stale.id.value), "the stale run's model call")
+        await stale.request_cancellation()
+        await asyncio.wait_for(stale.await_outcome(), 30)  # settled; its run goes on
+        monitor = _Monitor(settings.redis_url, "stale-input", "channel_values")
+        try:
+            # The stale run's lease lapses (as after a stall), so the session is free again.
+            sync_redis.delete(keys.lease(session.id.value))
+            fresh = await session.start_task(_request("fresh-input"))
+            await _until(lambda: boundary.calls_for(fresh.id.value), "the next run's model call")
+            boundary.release()
+            await asyncio.wait_for(fresh.await_outcome(), 30)
+            await _until(monitor.seen.is_set, "the stale run's checkpoint write")
+        finally:
+            monitor.close()
+        await _until(lambda: boundary.in_flight() == 0, "both model calls to end")
+        for messages in await _history_texts(settings.redis_url, session.id.value):
+            assert "stale-input" not in messages
+        follow = await session.start_task(_request("next-turn"))
+        await asyncio.wait_for(follow.await_outcome(), 30)
+        texts = list(boundary.calls_for(follow.id.value)[0]["texts"])  # type: ignore[call-overload]
+        assert "stale-input" not in texts
+        assert texts.count("fresh-input") == 1
+
+
+@pytest.mark.processes
+async def test_a_holder_that_cannot_renew_stops_its_model_call_before_another_run_starts(
+    settings: Settings,
+    boundary: ModelBoundary,
+    sync_redis: redis.Redis,
+    workers: list[WorkerProcess],
+) -> None:
+    """The holder's own Redis traffic is partitioned (its model call is not): it cannot
+    renew. Another worker takes the task over once the lease lapsed. The model boundary
+    never sees two calls of the session at once, and the task ends exactly once."""
+    deployment = _deployment(settings)
+    model_env = {MODEL_REDIS_URL_ENV: settings.redis_url}
+    with proxy_to(settings.redis_url) as proxy:
+        try:
+            await _start(
+                workers,
+                WorkerProcess(
+                    deployment.model_copy(update={"redis_url": proxy.url}),
+                    concurrency=1,
+                    extra_env=model_env,
+                    name="partitioned",
+                ),
+            )
+            async with CeleryHarness(deployment, profile="confirmed") as harness:
+                session = await harness.create_session(SessionSpec())
+                boundary.hold()
+                task = await session.start_task(_request("partitioned-turn"))
+                await _until(lambda: boundary.calls_for(task.id.value), "the first model call")
+                await _start(workers, WorkerProcess(deployment, concurrency=1, name="taker"))
+                proxy.cut()
+                await _until(
+                    lambda: len(boundary.calls_for(task.id.value)) >= 2,
+                    "the takeover's model call",
+                )
+                boundary.release()
+                outcome = await asyncio.wait_for(task.await_outcome(), 60)
+                assert isinstance(outcome, Completed)
+                assert boundary.overlaps == 0
+                assert _terminal_entries(sync_redis, deployment, task.id.value) == 1
+        finally:
+            proxy.heal()
+
+
+@pytest.mark.processes
+async def test_sigterm_hands_the_lease_back_so_the_requeued_copy_runs_at_once(
+    settings: Settings,
+    boundary: ModelBoundary,
+    sync_redis: redis.Redis,
+    workers: list[WorkerProcess],
+) -> None:
+    """SIGTERM to a worker's processes (as ``systemctl stop`` sends it) while its run is
+    in the model: the run is cancelled, its lease handed back and its message requeued;
+    another worker claims the copy well within one lease TTL (server clock)."""
+    ttl = timedelta(seconds=6)
+    deployment = _deployment(settings, lease_ttl=ttl)
+    leaving = await _start(workers, WorkerProcess(deployment, concurrency=1, name="leaving"))
+    assert leaving.pid is not None
+    async with CeleryHarness(deployment, profile="confirmed") as harness:
+        session = await harness.create_session(SessionSpec())
+        boundary.hold()
+        task = await session.start_task(_request("handed-back"))
+        await _until(lambda: boundary.calls_for(task.id.value), "the first model call")
+        await _start(workers, WorkerProcess(deployment, concurrency=1, name="staying"))
+        fence = int(_record(sync_redis, deployment, task.id.value)["fence"])
+        stopped_ms = _server_ms(sync_redis)
+        os.killpg(leaving.pid, signal.SIGTERM)
+        await _until(
+            lambda: int(_record(sync_redis, deployment, task.id.value)["fence"]) > fence,
+            "the requeued copy's claim",
+        )
+        claimed_ms = int(_record(sync_redis, deployment, task.id.value)["claimed_ms"])
+        assert claimed_ms - stopped_ms < ttl.total_seconds() * 1000 / 2
+        boundary.release()
+        assert isinstance(await asyncio.wait_for(task.await_outcome(), 60), Completed)
+        assert _terminal_entries(sync_redis, deployment, task.id.value) == 1
+        assert boundary.overlaps == 0
+
+
+# -- the saver's fenced writes, at unit level (real Redis, real saver) ----------------------
+
+
+async def _run_lease(settings: Settings, thread_id: str, value: str) -> SessionLease:
+    client = aioredis.Redis.from_url(settings.redis_url, decode_responses=True)
+    return SessionLease(
+        RecordStore(client, Keys(settings.namespace)),
+        thread_id,
+        f"task-of-{value}",
+        value,
+        settings.lease_ttl,
+        acquired_at=asyncio.get_running_loop().time(),
+    )
+
+
+def _sample_checkpoint() -> Checkpoint:
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {
+        "messages": [HumanMessage("question", id="task-1"), AIMessage("answer", id="ai-1")]
+    }
+    checkpoint["channel_versions"] = {"messages": "00000000000000000000000000000002.0"}
+    return checkpoint
+
+
+def _stored(client: redis.Redis, thread_id: str) -> dict[str, object]:
+    """Every key langgraph-checkpoint-redis holds for the thread, with its content
+    (``checkpoint_ts`` left out: the saver stamps it with the time of the write)."""
+    found: dict[str, object] = {}
+    for key in sorted(client.scan_iter(match=f"*{thread_id}*")):
+        if ":session:" in key:
+            continue  # the session lease, not a checkpoint key
+        kind = client.type(key)
+        if kind == "ReJSON-RL":
+            document = dict(client.json().get(key))  # type: ignore[arg-type]
+            assert isinstance(document.pop("checkpoint_ts", 0.0), float | int)
+            found[key] = document
+        elif kind == "zset":
+            found[key] = client.zrange(key, 0, -1, withscores=True)
+        else:
+            found[key] = client.get(key)
+    return found
+
+
+def _wipe(client: redis.Redis, thread_id: str) -> None:
+    for key in _stored(client, thread_id):
+        client.delete(key)
+
+
+async def test_fenced_writes_store_exactly_what_the_upstream_saver_stores(
+    settings: Settings, sync_redis: redis.Redis
+) -> None:
+    """``aput`` and ``aput_writes`` of the fenced saver leave the same documents, pointer and
+    write registry as ``AsyncRedisSaver``'s own for the same input, so its search index
+    and reads keep working."""
+    thread = f"docs-{uuid4().hex[:8]}"
+    upstream = AsyncRedisSaver(redis_url=settings.redis_url)
+    fenced = FencedRedisSaver(redis_url=settings.redis_url)
+    await upstream.asetup()
+    await fenced.asetup()
+    lease = await _run_lease(settings, thread, "3:docs")
+    sync_redis.set(Keys(settings.namespace).lease(thread), lease.value)
+    checkpoint = _sample_checkpoint()
+    metadata: CheckpointMetadata = {"source": "loop", "step": 1, "parents": {}}
+    parent: RunnableConfig = {
+        "configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": "parent-1"}
+    }
+    written = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    writes = [("messages", [AIMessage("pending", id="ai-2")]), ("__error__", "boom")]
+
+    async def store(saver: AsyncRedisSaver, extra: dict[str, object]) -> dict[str, object]:
+        def configured(config: RunnableConfig) -> RunnableConfig:
+            return {"configurable": {**config["configurable"], **extra}}
+
+        result = await saver.aput(configured(parent), checkpoint, metadata, {})
+        assert result["configurable"]["checkpoint_id"] == checkpoint["id"]
+        written["configurable"]["checkpoint_id"] = checkpoint["id"]  # type: ignore[index]
+        await saver.aput_writes(configured(written), writes, "task-1", "path-1")  # type: ignore[arg-type]
+        return _stored(sync_redis, thread)
+
+    expected = await store(upstream, {})
+    _wipe(sync_redis, thread)
+    sync_redis.set(Keys(settings.namespace).lease(thread), lease.value)
+    actual = await store(fenced, {LEASE_CONFIG_KEY: lease})
+    assert actual == expected
+    assert any(key.startswith("checkpoint_write:") for key in actual)
+    # The upstream reads (pointer, search index) see the fenced write.
+    read = await upstream.aget_tuple({"configurable": {"thread_id": thread}})
+    assert read is not None
+    assert read.checkpoint["id"] == checkpoint["id"]
+    assert len(read.pending_writes or []) == 2
+    listed = [item async for item in upstream.alist({"configurable": {"thread_id": thread}})]
+    assert [item.checkpoint["id"] for item in listed] == [checkpoint["id"]]
+
+
+async def test_the_saver_fences_each_write_with_the_lease_of_the_run_that_makes_it(
+    settings: Settings, sync_redis: redis.Redis
+) -> None:
+    """One saver (one process), two runs of one session: the earlier run's lease is no
+    longer the session's. Its writes, and writes carrying no lease, are refused and leave
+    nothing; the current run's land."""
+    thread = f"runs-{uuid4().hex[:8]}"
+    saver = FencedRedisSaver(redis_url=settings.redis_url)
+    await saver.asetup()
+    stale = await _run_lease(settings, thread, "5:same-worker")
+    current = await _run_lease(settings, thread, "6:same-worker")
+    sync_redis.set(Keys(settings.namespace).lease(thread), current.value)
+    metadata: CheckpointMetadata = {"source": "loop", "step": 1, "parents": {}}
+
+    def config(*lease: SessionLease) -> RunnableConfig:
+        extra = {LEASE_CONFIG_KEY: lease[0]} if lease else {}
+        return {"configurable": {"thread_id": thread, "checkpoint_ns": "", **extra}}
+
+    for refused in (config(stale), config()):
+        with pytest.raises(StaleLeaseError):
+            await saver.aput(refused, _sample_checkpoint(), metadata, {})
+        written: RunnableConfig = {
+            "configurable": {**refused["configurable"], "checkpoint_id": "any"}
+        }
+        with pytest.raises(StaleLeaseError):
+            await saver.aput_writes(written, [("messages", [])], "t", "")
+    assert _stored(sync_redis, thread) == {}
+    assert stale.lost.is_set()
+    assert not current.lost.is_set()
+    landed = _sample_checkpoint()
+    await saver.aput(config(current), landed, metadata, {})
+    pointer = sync_redis.get(f"checkpoint_latest:{thread}:__empty__")
+    assert pointer is not None
+    assert landed["id"] in str(pointer)
+
+
+def test_a_worker_refuses_checkpoints_in_another_redis_than_the_leases(settings: Settings) -> None:
+    """Fencing needs the lease and the checkpoint in one Redis (one atomic script)."""
+    elsewhere = settings.model_copy(update={"checkpoint_url": "redis://127.0.0.1:9/0"})
+    runtime = WorkerRuntime(elsewhere)
+    with pytest.raises(FencingUnavailableError, match="AHP_CHECKPOINT_URL"):
+        runtime.start()
+    assert not runtime.started
