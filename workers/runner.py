@@ -46,6 +46,7 @@ from .errors import ModelCallCancelledError, ProfileMismatchError, StaleLeaseErr
 from .event_sink import EventSink
 from .graph import ModelCalls, ModelGraph
 from .loss import loss_policy
+from .pruning import CheckpointPruner
 from .turn import TurnResult, TurnTranslator, run_turn
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ class TaskRunner:
         runs: dict[str, LiveRun],
         token: str,
         delete_thread: ThreadDeleter,
+        pruner: CheckpointPruner | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -101,6 +103,7 @@ class TaskRunner:
         self._runs = runs
         self._token = token
         self._delete_thread = delete_thread
+        self._pruner = pruner
         self._lease_ms = int(settings.lease_ttl.total_seconds() * 1000)
 
     async def run(self, task_id: str, session_id: str | None = None) -> None:
@@ -168,6 +171,7 @@ class TaskRunner:
                     "task %s lost its lease; its outcome is left to the new holder", task_id
                 )
                 return
+            await self._prune(session_id, lease)
             released = await self._settle(session_id, outcome, lease, run_ended=True)
         except _OutlivedBudget as outlived:
             run_ended = False
@@ -189,7 +193,10 @@ class TaskRunner:
             if not run_ended:
                 await self._store.release(session_id, task_id, lease)
                 record_now = await self._store.session_record(session_id)
-                released = record_now.get("closed") == "1" and record_now.get("persistent") != "1"
+                # Released: closed and not persistent, or already forgotten (no record).
+                released = not record_now or (
+                    record_now.get("closed") == "1" and record_now.get("persistent") != "1"
+                )
             if released:
                 await self._delete_released_thread(session_id)
 
@@ -371,6 +378,18 @@ class TaskRunner:
                 return
             if cancel:
                 live.cancel_requested.set()
+
+    async def _prune(self, session_id: str, lease: str) -> None:
+        """Keep the thread to its latest checkpoints while this run still holds the lease
+        (before settling frees it). A failure costs storage, never the outcome."""
+        if self._pruner is None:
+            return
+        try:
+            await self._pruner.prune(session_id, lease)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("pruning the checkpoints of session %s failed", session_id)
 
     async def _delete_released_thread(self, session_id: str) -> None:
         """The session was released while this run went on: its last writes must go too."""
