@@ -26,6 +26,7 @@ from agent_harness_protocol import (
     SessionRequirements,
     SessionSpec,
     TaskRequest,
+    TaskStartUnconfirmedError,
     TextInput,
 )
 
@@ -36,6 +37,7 @@ from wire.keys import Keys
 from wire.settings import Settings
 
 from .support.boundary import ModelBoundary
+from .support.start_control import StartBoundary
 from .support.waiting import wait_for
 
 PERSISTENT = SessionSpec(requirements=SessionRequirements(persistence=PersistenceRequirement()))
@@ -184,6 +186,37 @@ async def test_every_key_a_lifecycle_writes_has_a_ttl_or_an_owner_that_deletes_i
     # The queued message of the cancelled start stays in the idle broker list (kombu's).
     for listed in Keys.broker_queue_lists(idle_queue_settings.queue):
         sync_redis.delete(listed)
+
+
+async def test_an_unconfirmed_start_of_a_released_session_never_runs_and_expires(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    """A start whose message never reached the broker stays ``starting`` (its fate is
+    unknown to the caller). Once its session is released it must never run, and its
+    record must not stay forever: it is settled and expires with the retention."""
+    keys = Keys(settings.namespace)
+    start = StartBoundary()
+    async with CeleryHarness(
+        settings, profile="confirmed", publisher_factory=start.publisher
+    ) as harness:
+        session = await harness.create_session(SessionSpec())
+        # A turn that completes first: the workers serve (and answer maintenance).
+        first = await session.start_task(_request("lifetime-before-unconfirmed"))
+        assert isinstance(await first.await_outcome(), Completed)
+        start.lose_acceptance_acknowledgement(False)
+        with pytest.raises(TaskStartUnconfirmedError) as raised:
+            await session.start_task(_request("lifetime-unconfirmed-start"))
+        task_id = raised.value.reference.request_id
+        assert sync_redis.hget(keys.task(task_id), "state") == "starting"
+        await session.release()
+    await wait_for(lambda: sync_redis.ttl(keys.task(task_id)) > 0, within=30)
+    assert sync_redis.hget(keys.task(task_id), "state") == "cancelled"
+    _assert_kept_only_for_retention(
+        sync_redis, settings, [keys.task(task_id), keys.events(task_id)]
+    )
+    _assert_not_in_shared_sets(sync_redis, settings, [task_id])
+    assert not boundary.calls_for(task_id)
+    assert "lifetime-unconfirmed-start" not in boundary.observed_text_values
 
 
 def _maintenance_settings(settings: Settings) -> Settings:
