@@ -219,6 +219,43 @@ async def test_an_unconfirmed_start_of_a_released_session_never_runs_and_expires
     assert "lifetime-unconfirmed-start" not in boundary.observed_text_values
 
 
+async def test_a_message_delivered_after_its_session_was_released_never_runs_nor_fences(
+    settings: Settings,
+    idle_queue_settings: Settings,
+    boundary: ModelBoundary,
+    sync_redis: redis.Redis,
+) -> None:
+    """The broker holds the message of an unconfirmed start; the session is released, and
+    only then a worker gets the message. It must not run, and no fence may be issued for
+    the forgotten session (a counter restarting from 0 could repeat an old fence)."""
+    keys = Keys(settings.namespace)
+    async with CeleryHarness(settings, profile="confirmed") as served:
+        # The workers serve (and answer the release's maintenance request).
+        warm = await (await served.create_session(SessionSpec())).start_task(_request("warm"))
+        assert isinstance(await warm.await_outcome(), Completed)
+    start = StartBoundary()
+    async with CeleryHarness(
+        idle_queue_settings, profile="confirmed", publisher_factory=start.publisher
+    ) as harness:
+        session = await harness.create_session(SessionSpec())
+        sid = session.id.value
+        start.lose_acceptance_acknowledgement(True)
+        with pytest.raises(TaskStartUnconfirmedError) as raised:
+            await session.start_task(_request("lifetime-delivered-after-release"))
+        task_id = raised.value.reference.request_id
+        idle_list = Keys.broker_queue_lists(idle_queue_settings.queue)[1]  # START_PRIORITY
+        assert sync_redis.llen(idle_list) == 1
+        await session.release()
+    assert _keys_naming(sync_redis, sid) == set()
+    sync_redis.lmove(idle_list, settings.queue, "RIGHT", "LEFT")
+    await wait_for(lambda: sync_redis.llen(settings.queue) == 0)
+    await wait_for(lambda: sync_redis.ttl(keys.task(task_id)) > 0, within=30)
+    assert sync_redis.hget(keys.task(task_id), "state") == "cancelled"
+    assert not sync_redis.exists(keys.fence(sid))
+    assert _keys_naming(sync_redis, sid) == set()
+    assert not boundary.calls_for(task_id)
+
+
 def _maintenance_settings(settings: Settings) -> Settings:
     suffix = uuid4().hex[:6]
     return settings.model_copy(
