@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import statistics
 import string
 import sys
 import time
@@ -116,21 +117,26 @@ def _used_memory(client: redis.Redis) -> int:
     return int(info["used_memory"])
 
 
-async def run_session(settings: Settings, client: redis.Redis, turns: int) -> list[Sample]:
+async def run_session(
+    settings: Settings, client: redis.Redis, turns: int
+) -> tuple[list[Sample], list[float]]:
     keys = Keys(settings.namespace)
     rng = random.Random(turns)
     baseline = _used_memory(client)
     samples: list[Sample] = []
     conversation = 0
     task_ids: list[str] = []
+    latencies: list[float] = []
     step = max(turns // 10, 1)
     async with CeleryHarness(settings, profile="scripted") as harness:
         session = await harness.create_session(SPEC)
         sid = session.id.value
         for turn in range(1, turns + 1):
             text = _input(turn, rng)
+            began = time.perf_counter()
             task = await session.start_task(TaskRequest(TextInput(text)))
             outcome = await task.await_outcome()
+            latencies.append(time.perf_counter() - began)
             if not isinstance(outcome, Completed) or not isinstance(outcome.output, TextOutput):
                 raise RuntimeError(f"turn {turn} ended {outcome!r}")
             task_ids.append(task.id.value)
@@ -146,11 +152,17 @@ async def run_session(settings: Settings, client: redis.Redis, turns: int) -> li
                     )
                 )
         await session.release()
-    return samples
+    return samples, latencies
 
 
-def report(turns: int, kept: int, samples: list[Sample], seconds: float) -> None:
-    print(f"\n== {turns} turns, {INPUT_BYTES} B inputs, checkpoints kept: {kept} ({seconds:.0f} s)")
+def report(turns: int, kept: int, samples: list[Sample], latencies: list[float]) -> None:
+    tenth = max(len(latencies) // 10, 1)
+    first = statistics.median(latencies[:tenth]) * 1000
+    last_tenth = statistics.median(latencies[-tenth:]) * 1000
+    print(
+        f"\n== {turns} turns, {INPUT_BYTES} B inputs, checkpoints kept: {kept}; "
+        f"turn latency median first/last tenth: {first:.1f}/{last_tenth:.1f} ms"
+    )
     print(
         f"{'turn':>5} {'thread B':>11} {'B/turn':>9} {'thread/conv':>11} "
         f"{'tasks B':>10} {'conv B':>10} {'used_memory +B':>15}"
@@ -219,9 +231,8 @@ async def main() -> None:
         print(f"storage growth of one persistent session; Redis {version}")
         with WorkerProcess(settings, concurrency=1, name="bench-storage"):
             for turns in lengths:
-                started = time.monotonic()
-                samples = await run_session(settings, client, turns)
-                report(turns, settings.checkpoints_kept, samples, time.monotonic() - started)
+                samples, latencies = await run_session(settings, client, turns)
+                report(turns, settings.checkpoints_kept, samples, latencies)
         client.close()
     finally:
         if server is not None:

@@ -35,6 +35,7 @@ from harness.errors import CheckpointCleanupError
 from tooling.worker_process import WorkerProcess
 from wire.keys import Keys
 from wire.settings import Settings
+from workers.pruning import FULL_SWEEP_EVERY
 
 from .support.boundary import ModelBoundary
 from .support.start_control import StartBoundary
@@ -308,7 +309,7 @@ async def test_a_persistent_session_keeps_a_bounded_number_of_checkpoints(
     settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
 ) -> None:
     kept = settings.checkpoints_kept
-    turns = kept + 6
+    turns = FULL_SWEEP_EVERY + 2  # one turn's pruning also runs the full sweep
     async with CeleryHarness(settings, profile="confirmed") as harness:
         session = await harness.create_session(PERSISTENT)
         sid = session.id.value

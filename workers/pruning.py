@@ -2,19 +2,25 @@
 
 langgraph-checkpoint-redis stores every checkpoint as one JSON document with the whole
 message history inline, and keeps them all: a session's storage grows with the square of
-its turns (200 turns of 1 KB inputs: ~29 MB). After each turn, the run that holds the
-session's lease prunes the thread: it keeps the latest checkpoint (the one the thread's
-``checkpoint_latest`` pointer names) and its parents up to the configured number, and
-deletes every older checkpoint document of the root namespace with its pending writes
-(``checkpoint_write:*``) and write-registry set (``write_keys_zset:*``). Storage then
-grows linearly: a few times the conversation plus a constant per session.
+its turns (200 turns of 1 KB inputs: ~23 MB by ``MEMORY USAGE``). After each turn the
+run that holds the session's lease prunes the thread, so storage grows linearly (a few
+times the conversation plus a constant per session; see ``bench/storage_growth.py``):
 
-Safety: only the lease holder prunes, after its own writes of the turn, and the deletion
-is one script that first checks the lease is still this run's (when checkpoints live in
-the records' Redis; otherwise the lease is checked just before). A checkpoint that is not
-older than the latest is never deleted, nor the latest or its kept parents, so a writer
-that took the lease over meanwhile loses nothing it needs. (langgraph's own ``aprune``
-orders by checkpoint id only, which is a worker's clock, and does not check a lease.)
+* every turn, one script (``PRUNE_CHECKPOINTS``, one round trip): from the checkpoint the
+  thread's ``checkpoint_latest`` pointer names, follow the parent ids past the kept
+  checkpoints and delete the older ancestors with their registered pending writes
+  (``write_keys_zset:*`` lists each checkpoint's ``checkpoint_write:*`` keys);
+* every ``FULL_SWEEP_EVERY``-th fence of a session, also a full sweep through the saver's
+  search indexes: every root-namespace checkpoint that is neither the latest nor one of its
+  kept parents, and older than the latest, goes with every write document naming it (a
+  fork left by an interrupted run, writes that were never registered).
+
+Safety: only the lease holder prunes, after its own writes of the turn; the deletion is a
+script that first checks the lease is still this run's (when checkpoints live in the
+records' Redis; otherwise the lease is checked just before). The latest checkpoint and its
+kept parents are never deleted, nor anything newer than the latest, so a run that took the
+lease over meanwhile loses nothing it needs. (langgraph's own ``aprune`` orders by
+checkpoint id, i.e. by each worker's clock, and checks no lease.)
 """
 
 from __future__ import annotations
@@ -36,8 +42,12 @@ from wire.store import RecordStore
 
 log = logging.getLogger(__name__)
 
+FULL_SWEEP_EVERY = 16
+"""A full (search-index) sweep runs when a session's lease fence is a multiple of this."""
+
 _ROOT_NS = to_storage_safe_str("")
 _MAX_LISTED = 10_000
+_MAX_DELETED_PER_TURN = 100
 
 
 class CheckpointPruner:
@@ -68,19 +78,44 @@ class CheckpointPruner:
         self._kept = kept
         self._same_redis = same_redis
         self._redis = redis
-        self._delete: AsyncScript = self._redis.register_script(scripts.PRUNE_CHECKPOINTS)
+        self._chain: AsyncScript = redis.register_script(scripts.PRUNE_CHECKPOINTS)
+        self._drop: AsyncScript = redis.register_script(scripts.DROP_CHECKPOINTS)
 
     @property
     def keys(self) -> Keys:
         return self._store.keys
 
     async def prune(self, session_id: str, lease: str) -> int:
-        """Prune the session's thread under ``lease``; returns the number of keys deleted
-        (0 if there was nothing to prune or the lease is no longer held)."""
+        """Prune the session's thread under ``lease``; returns the number of checkpoints
+        deleted (0 if there was nothing to prune or the lease is no longer held)."""
+        checked = await self._lease_argument(session_id, lease)
+        if checked is None:
+            return 0
+        thread = to_storage_safe_id(self.keys.thread_id(session_id))
+        deleted = int(
+            await self._chain(
+                keys=[self.keys.lease(session_id), self.keys.checkpoint_latest(session_id)],
+                args=[
+                    checked,
+                    self._kept,
+                    f"checkpoint:{thread}:{_ROOT_NS}:",
+                    f"write_keys_zset:{thread}:{_ROOT_NS}:",
+                    _MAX_DELETED_PER_TURN,
+                ],
+            )
+        )
+        if deleted < 0:
+            log.info("session %s not pruned: the lease was taken over", session_id)
+            return 0
+        if _fence_of(lease) % FULL_SWEEP_EVERY == 0:
+            deleted += await self.sweep(session_id, lease)
+        return deleted
+
+    async def sweep(self, session_id: str, lease: str) -> int:
+        """The full sweep through the search indexes (see the module docstring); returns
+        the number of checkpoints deleted."""
         thread_id = self.keys.thread_id(session_id)
         safe_thread = to_storage_safe_id(thread_id)
-        # Listed before the pointer is read: a checkpoint written in between is newer than
-        # anything listed and is never chosen.
         listed = await self._saver.checkpoints_index.search(
             FilterQuery(
                 filter_expression=(Tag("thread_id") == safe_thread)
@@ -97,7 +132,7 @@ class CheckpointPruner:
         latest_key = _text(await self._redis.get(self.keys.checkpoint_latest(session_id)))
         latest = latest_key.rsplit(":", 1)[-1] if latest_key else ""
         if latest not in documents:
-            return 0  # no pointer yet, or written after the listing: prune next time
+            return 0  # no pointer yet, or written after the listing: next time
         chain: list[str] = []
         current = latest
         while current in documents and len(chain) < self._kept:
@@ -125,17 +160,28 @@ class CheckpointPruner:
             )
         )
         doomed += [str(doc.id) for doc in writes.docs]
-        lease_key = self.keys.lease(session_id)
-        if self._same_redis:
-            deleted = int(await self._delete(keys=[lease_key, *doomed], args=[lease]))
-        elif await self._store.holds(session_id, lease):
-            deleted = int(await self._redis.delete(*doomed))
-        else:
-            deleted = -1
-        if deleted < 0:
-            log.info("thread %s not pruned: the lease was taken over", thread_id)
+        checked = await self._lease_argument(session_id, lease)
+        if checked is None:
             return 0
-        return deleted
+        if int(await self._drop(keys=[self.keys.lease(session_id), *doomed], args=[checked])) < 0:
+            return 0
+        return len(evicted)
+
+    async def _lease_argument(self, session_id: str, lease: str) -> str | None:
+        """The lease value for the scripts to check, ``""`` when checked here already
+        (checkpoints in another Redis), ``None`` when it is no longer held."""
+        if self._same_redis:
+            return lease
+        if await self._store.holds(session_id, lease):
+            return ""
+        return None
+
+
+def _fence_of(lease: str) -> int:
+    try:
+        return int(lease.split(":", 1)[0])
+    except ValueError:
+        return 0  # an unexpected lease shape: sweep every time (0 is a multiple)
 
 
 def _field(doc: Any, name: str) -> str:
@@ -149,4 +195,4 @@ def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
-__all__ = ["CheckpointPruner"]
+__all__ = ["FULL_SWEEP_EVERY", "CheckpointPruner"]
