@@ -85,6 +85,16 @@ def _assert_not_in_shared_sets(
             assert client.zscore(shared, task_id) is None, f"{task_id} left in {shared}"
 
 
+@pytest.fixture
+async def serving(settings: Settings, boundary: ModelBoundary) -> None:
+    """Proof that the test workers serve (tasks and maintenance) before a test whose
+    first requests go elsewhere: a turn completes."""
+    async with CeleryHarness(settings, profile="confirmed") as harness:
+        session = await harness.create_session(SessionSpec())
+        warm = await session.start_task(_request("lifetime-warm-up"))
+        assert isinstance(await warm.await_outcome(), Completed)
+
+
 async def _running(boundary: ModelBoundary, task: AgentTask) -> None:
     await wait_for(lambda: boundary.calls_for(task.id.value))
 
@@ -132,6 +142,7 @@ def idle_queue_settings(settings: Settings) -> Settings:
 
 
 async def test_every_key_a_lifecycle_writes_has_a_ttl_or_an_owner_that_deletes_it(
+    serving: None,
     settings: Settings,
     idle_queue_settings: Settings,
     boundary: ModelBoundary,
@@ -190,7 +201,7 @@ async def test_every_key_a_lifecycle_writes_has_a_ttl_or_an_owner_that_deletes_i
 
 
 async def test_an_unconfirmed_start_of_a_released_session_never_runs_and_expires(
-    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+    serving: None, settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
 ) -> None:
     """A start whose message never reached the broker stays ``starting`` (its fate is
     unknown to the caller). Once its session is released it must never run, and its
@@ -201,9 +212,6 @@ async def test_an_unconfirmed_start_of_a_released_session_never_runs_and_expires
         settings, profile="confirmed", publisher_factory=start.publisher
     ) as harness:
         session = await harness.create_session(SessionSpec())
-        # A turn that completes first: the workers serve (and answer maintenance).
-        first = await session.start_task(_request("lifetime-before-unconfirmed"))
-        assert isinstance(await first.await_outcome(), Completed)
         start.lose_acceptance_acknowledgement(False)
         with pytest.raises(TaskStartUnconfirmedError) as raised:
             await session.start_task(_request("lifetime-unconfirmed-start"))
@@ -221,6 +229,7 @@ async def test_an_unconfirmed_start_of_a_released_session_never_runs_and_expires
 
 
 async def test_a_message_delivered_after_its_session_was_released_never_runs_nor_fences(
+    serving: None,
     settings: Settings,
     idle_queue_settings: Settings,
     boundary: ModelBoundary,
@@ -230,10 +239,6 @@ async def test_a_message_delivered_after_its_session_was_released_never_runs_nor
     only then a worker gets the message. It must not run, and no fence may be issued for
     the forgotten session (a counter restarting from 0 could repeat an old fence)."""
     keys = Keys(settings.namespace)
-    async with CeleryHarness(settings, profile="confirmed") as served:
-        # The workers serve (and answer the release's maintenance request).
-        warm = await (await served.create_session(SessionSpec())).start_task(_request("warm"))
-        assert isinstance(await warm.await_outcome(), Completed)
     start = StartBoundary()
     async with CeleryHarness(
         idle_queue_settings, profile="confirmed", publisher_factory=start.publisher
