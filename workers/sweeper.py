@@ -9,6 +9,10 @@ once ``max_deliveries`` is reached) or settled ``Unresolved(OBSERVATION_LOST)``,
 deployment declares. The decision is one atomic script, so many sweeping workers publish a
 lost task at most once per ``lease_ttl``; a duplicate message is harmless anyway, because
 the claim admits one run per session.
+
+Each sweep also keeps the starting set to unsettled starts of live sessions, whichever
+Redis the broker is: entries of settled or vanished tasks are dropped, and a start of a
+released session is settled ``Cancelled`` (no claim can ever run it).
 """
 
 from __future__ import annotations
