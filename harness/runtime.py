@@ -71,7 +71,7 @@ class CallerRuntime:
             profile=profile,
             keys=keys,
             redis=redis,
-            store=RecordStore(redis, keys),
+            store=RecordStore(redis, keys, settings.task_retention),
             publisher=(publisher_factory or TaskPublisher)(settings),
         )
 

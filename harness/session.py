@@ -27,7 +27,7 @@ from agent_harness_protocol import (
 
 from wire.codec import dumps
 from wire.provider import PROVIDER
-from wire.store import StartResult
+from wire.store import ReleaseResult, StartResult
 
 from .admission import validate_task
 from .errors import CheckpointCleanupError, SessionBusyError
@@ -149,7 +149,10 @@ class CelerySession(AgentSession):
         return task
 
     async def release(self) -> None:
-        """Settle active work within the cleanup budget, then delete the thread.
+        """Settle active work within the cleanup budget, then delete what the session
+        stored: its record, lease, fence and handle keys at once, its checkpoint thread
+        through the workers' durable maintenance queue. Its tasks' records and event
+        streams expire after the retention period (``AHP_TASK_RETENTION``).
 
         Idempotent; cancelling the caller does not interrupt it.
 
@@ -166,9 +169,14 @@ class CelerySession(AgentSession):
         loop = asyncio.get_running_loop()
         started = loop.time()
         budget = self.runtime.settings
+        store = self.runtime.store
         try:
-            if not self.persistent:
-                await self.runtime.store.close_session(self._id.value)
+            # A non-persistent session is closed, and forgotten in the same step when
+            # none of its tasks is unsettled (its record, lease, fence and handle keys go).
+            forgotten = (
+                not self.persistent
+                and await store.release_session(self._id.value) is not ReleaseResult.CLOSED
+            )
             task = self._current
             if task is not None:
                 await task.stop(
@@ -180,6 +188,9 @@ class CelerySession(AgentSession):
                 # The context stays for reopen_session; only this handle closes.
                 await self.runtime.drop_handle(self._id.value, self._handle_id)
                 return
+            if not forgotten:
+                # Whatever still runs loses its lease here; a later claim never runs.
+                await store.release_session(self._id.value, force=True)
             remaining = max(0.0, budget.cleanup_total.total_seconds() - (loop.time() - started))
             try:
                 await self.runtime.delete_thread(

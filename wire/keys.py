@@ -1,10 +1,32 @@
-"""Every Redis key and channel the project uses, in one place.
+"""Every Redis key and channel the project uses, in one place, each with its owner and
+lifetime.
 
 All keys of one deployment live under its namespace (``AHP_NAMESPACE``), so several
 deployments can share one Redis. Ids are validated before they become part of a key.
-The checkpoint thread of a session is owned by langgraph-checkpoint-redis (its own
-``checkpoint:*``/``checkpoint_blob:*``/``checkpoint_write:*`` keys); its thread id is
-:meth:`Keys.thread_id`.
+
+Every key below says its type, who writes it, who deletes it and when it expires. The rule
+(design invariant 10): a released non-persistent session leaves nothing behind but the
+records and event streams of its tasks, which expire ``AHP_TASK_RETENTION`` after they
+settled; a persistent session keeps its record, fence and ``AHP_CHECKPOINTS_KEPT``
+checkpoints (its retained context); the deployment's shared structures (running and
+starting sets, maintenance lists) only hold entries of live work.
+
+Keys this project does not own, for completeness:
+
+- langgraph-checkpoint-redis, per checkpoint thread (thread id :meth:`Keys.thread_id`,
+  root namespace stored as ``__empty__``): ``checkpoint:<thread>:<ns>:<id>`` (JSON, one
+  checkpoint with the whole history inline), ``checkpoint_write:<thread>:<ns>:<id>:<task>:
+  <idx>`` (JSON, pending writes of a checkpoint), ``write_keys_zset:<thread>:<ns>:<id>``
+  (sorted set, the write keys of a checkpoint), ``checkpoint_latest:<thread>:<ns>`` (string,
+  the latest checkpoint's key), and the search indexes ``checkpoint``/``checkpoint_write``.
+  Written only by the run holding the session's lease. Pruned by that run after each turn
+  to the latest ``AHP_CHECKPOINTS_KEPT`` checkpoints with their writes and registry sets
+  (``workers.pruning``); all deleted when a non-persistent session is released (through the
+  durable maintenance queue, and again by a run that outlived the release when it ends).
+  No TTL.
+- kombu (the broker, when it is this Redis): the queue lists
+  (:meth:`Keys.broker_queue_lists`), ``unacked``/``unacked_index``/``unacked_mutex`` and
+  ``_kombu.binding.*``; kombu owns their lifetimes (an acknowledged message leaves them).
 """
 
 from __future__ import annotations
@@ -36,20 +58,40 @@ class Keys:
 
     # -- sessions -----------------------------------------------------------------------
     def session(self, session_id: str) -> str:
-        """Hash: the session record (spec, profile, active task, closed flag, usage)."""
+        """Hash: the session record (spec, profile, active task, closed flag, usage).
+
+        Written by the caller (create, start, reopen) and the settling scripts (usage,
+        active task). A non-persistent session's record is deleted when it is released
+        (``release_session``: at once if no task of it is unsettled, else right after its
+        task was stopped). A persistent session's record is its retained context: it has no
+        TTL and no deletion path (the AHP port has no "forget a persistent session" call)."""
         return f"{self.namespace}:session:{session_id}"
 
     def lease(self, session_id: str) -> str:
-        """String ``"<fence>:<token>"`` with a TTL: the graph run that may write the thread."""
+        """String ``"<fence>:<token>"``: the graph run that may write the thread.
+
+        Set by the claim, renewed by its run, with a TTL of ``AHP_LEASE_TTL``; deleted when
+        the run settles or ends, and by the release of a non-persistent session (a run still
+        going then loses it, so its fenced writes are refused)."""
         return f"{self.namespace}:session:{session_id}:lease"
 
     def fence(self, session_id: str) -> str:
-        """Counter: the last fencing token issued for the session's lease (INCR)."""
+        """Counter: the last fencing token issued for the session's lease (INCR by the claim).
+
+        Lives as long as the session record and is deleted with it, in the same script.
+        Fences never repeat: a claim of a session whose record is gone settles the task
+        without running it and issues no fence, so a counter restarting from 0 cannot
+        happen for a session that can still run."""
         return f"{self.namespace}:session:{session_id}:fence"
 
     def handles(self, session_id: str) -> str:
         """Sorted set: open caller handles of a persistent session (member: handle id,
-        score: expiry in ms). Callers refresh their handles; a dead caller's lapse."""
+        score: expiry in ms).
+
+        Written by callers (open, reopen, heartbeat every third of ``AHP_HANDLE_TTL``); a
+        handle is removed when released, a dead caller's lapse and are dropped by the next
+        reopen. Redis deletes the set when its last handle is released; release of a
+        non-persistent session deletes it too."""
         return f"{self.namespace}:session:{session_id}:handles"
 
     def thread_id(self, session_id: str) -> str:
@@ -62,7 +104,8 @@ class Keys:
         the checkpoint documents, the pending writes) only through the fenced scripts
         ``checkpoint_put.lua`` / ``checkpoint_writes.lua``, checked against
         :meth:`lease` in the same step; callers read it, to tell whether a persistent
-        session's stored history is available."""
+        session's stored history is available, and the pruner keeps this checkpoint and
+        its parents."""
         return f"checkpoint_latest:{self.thread_id(session_id)}:__empty__"
 
     # -- tasks --------------------------------------------------------------------------
@@ -72,40 +115,100 @@ class Keys:
 
     def task(self, task_id: str) -> str:
         """Hash: the task record (session, state, input, cancel flag, fence, deliveries,
-        claim time, recovery hold-off, last appended batch, outcome)."""
+        claim time, recovery hold-off, last appended batch, outcome).
+
+        Written by the caller's start and the scripts that claim, append and settle. Every
+        settling path (``settle()`` in the Lua prelude: a worker's settle, a caller's cancel
+        or cleanup, the claim's and the sweeper's loss handling, the release of its
+        session) gives it a TTL of ``AHP_TASK_RETENTION``; a start surely never delivered is
+        deleted by its rollback. An unsettled task has no TTL: it is in the running or the
+        starting set, whose owners settle it."""
         return f"{self.task_prefix()}{task_id}"
 
     def events(self, task_id: str) -> str:
-        """Stream: the task's semantic events and provider diagnostics, in order."""
+        """Stream: the task's semantic events and provider diagnostics, in order.
+
+        Appended under the lease by the run, ended by the terminal entry of the settling
+        script, which gives it the same ``AHP_TASK_RETENTION`` TTL as the record; no entry
+        is appended to a settled task."""
         return f"{self.namespace}:task:{task_id}:events"
 
     def running(self) -> str:
         """Sorted set: tasks a worker has claimed and not settled (member: task id,
-        score: claim time in ms). The sweeper looks here for runs whose lease lapsed."""
+        score: claim time in ms). The sweeper looks here for runs whose lease lapsed.
+
+        Shared by the deployment, no TTL. A member is added by the claim and removed by
+        every settling path (and by the sweeper if its task is no longer running)."""
         return f"{self.namespace}:running"
 
     def starting(self) -> str:
         """Sorted set: tasks started but not yet claimed (member: task id, score: start
         time in ms). The sweeper republishes one whose message vanished with a worker
-        killed between taking it from the broker and claiming it."""
+        killed between taking it from the broker and claiming it.
+
+        Shared by the deployment, no TTL. A member is added by the start and removed by
+        the claim, every settling path and the rollback; the sweeper also drops members
+        whose task is settled or gone and settles starts of released sessions, whichever
+        Redis the broker is."""
         return f"{self.namespace}:starting"
 
     @staticmethod
     def broker_queue_lists(queue: str) -> tuple[str, ...]:
         """Lists owned by kombu's Redis transport that hold a queue's waiting messages,
-        one per priority step (0, 3, 6, 9): ``<queue>`` and ``<queue>\x06\x16<step>``."""
+        one per priority step (0, 3, 6, 9): ``<queue>`` and ``<queue>\x06\x16<step>``.
+        Read (never written) by the sweeper; kombu owns their lifetime."""
         return (queue, *(f"{queue}\x06\x16{step}" for step in (3, 6, 9)))
+
+    def shared(self) -> tuple[str, ...]:
+        """The deployment-wide keys that have no TTL by design (each holds entries of live
+        work only): running and starting sets, maintenance queue and consumer set."""
+        return (
+            self.running(),
+            self.starting(),
+            self.maintenance_queue(),
+            self.maintenance_consumers(),
+        )
 
     # -- control ------------------------------------------------------------------------
     def cancel_channel(self) -> str:
         """Pub/sub channel: task ids whose cancellation was just requested (the durable
-        request is the task hash's ``cancel`` field; this only makes it immediate)."""
+        request is the task hash's ``cancel`` field; this only makes it immediate).
+        A channel stores nothing."""
         return f"{self.namespace}:cancel"
 
     def maintenance_queue(self) -> str:
-        """List: JSON maintenance requests (delete a checkpoint thread) for any worker."""
+        """List: JSON maintenance requests (delete a checkpoint thread) for any worker.
+
+        Pushed by callers; a worker moves each request atomically into its processing list
+        (:meth:`maintenance_processing`), so the request is never only in memory. Redis
+        deletes the list when it is empty. No TTL (requests wait for a worker)."""
         return f"{self.namespace}:maintenance"
 
+    def maintenance_processing(self, consumer: str) -> str:
+        """List: the requests one worker's maintenance consumer took and has not answered.
+
+        Filled by that consumer's ``BLMOVE``; an item is removed in the same transaction
+        that pushes its reply. When the consumer's liveness key
+        (:meth:`maintenance_consumer`) lapses, any other worker moves the items back onto the
+        queue (the work is idempotent). Redis deletes the list when it is empty."""
+        return f"{self.namespace}:maintenance:processing:{consumer}"
+
+    def maintenance_consumer(self, consumer: str) -> str:
+        """String with a TTL: one maintenance consumer is alive (refreshed by its heartbeat
+        every third of the TTL; deleted when it stops). Expires with a dead worker."""
+        return f"{self.namespace}:maintenance:consumer:{consumer}"
+
+    def maintenance_consumers(self) -> str:
+        """Set: consumers that may hold a processing list (member: consumer id).
+
+        Shared by the deployment, no TTL. Each consumer adds itself with every heartbeat
+        and removes itself when it stops; a dead consumer is removed by the worker that
+        recovers its processing list."""
+        return f"{self.namespace}:maintenance:consumers"
+
     def maintenance_reply(self, request_id: str) -> str:
-        """List: the one JSON reply to a maintenance request, with a short TTL."""
+        """List: the one JSON reply to a maintenance request.
+
+        Pushed by the worker that carried the request out, with a TTL of two minutes set
+        in the same transaction; popped by the caller waiting for it."""
         return f"{self.namespace}:maintenance:reply:{request_id}"

@@ -77,6 +77,19 @@ class Settings(BaseSettings):
         default=timedelta(hours=2),
         description="Broker redelivery bound; must exceed the longest task.",
     )
+    task_retention: timedelta = Field(
+        default=timedelta(days=7),
+        gt=timedelta(0),
+        description="A settled task's record and event stream expire this long after it "
+        "settled (whatever path settled it).",
+    )
+    checkpoints_kept: int = Field(
+        default=2,
+        ge=1,
+        description="Checkpoints each session's thread keeps (the latest and its parents): "
+        "older ones are pruned after every turn, so stored context grows with the "
+        "conversation, not with the square of its turns.",
+    )
     worker_concurrency: int = Field(default=2, ge=1)
     redis_max_connections: int = Field(default=256, ge=8)
     event_buffer_capacity: int = Field(default=256, ge=2)
@@ -88,6 +101,7 @@ class Settings(BaseSettings):
         "visibility_timeout",
         "sweep_interval",
         "handle_ttl",
+        "task_retention",
         mode="before",
     )
     @classmethod

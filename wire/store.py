@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -14,7 +15,7 @@ from . import scripts
 from .codec import dumps
 from .keys import Keys
 
-TASK_RETENTION_SECONDS = 7 * 24 * 3600
+DEFAULT_TASK_RETENTION = timedelta(days=7)
 
 
 class StartResult(StrEnum):
@@ -33,6 +34,8 @@ class ClaimResult(StrEnum):
     BUSY = "busy"
     LOST = "lost"
     EXHAUSTED = "exhausted"
+    RELEASED = "released"
+    """The task's session was released and forgotten: settled without running."""
 
 
 class RecoverResult(StrEnum):
@@ -73,6 +76,14 @@ class SettleResult(StrEnum):
     MISSING = "missing"
 
 
+class ReleaseResult(StrEnum):
+    FORGOTTEN = "forgotten"
+    """The session's record, lease, fence and handle keys are gone."""
+    CLOSED = "closed"
+    """Closed (no task starts any more); a task of it is unsettled: stop it, then forget."""
+    UNKNOWN = "unknown"
+
+
 class CancelResult(StrEnum):
     SETTLED = "settled"
     REQUESTED = "requested"
@@ -109,11 +120,17 @@ def _text(value: Any) -> str:
 
 
 class RecordStore:
-    """One namespace's records on one Redis client (bytes or str responses both work)."""
+    """One namespace's records on one Redis client (bytes or str responses both work).
 
-    def __init__(self, redis: Redis, keys: Keys) -> None:
+    ``retention``: how long a settled task's record and event stream are kept (every
+    settling script sets this TTL)."""
+
+    def __init__(
+        self, redis: Redis, keys: Keys, retention: timedelta = DEFAULT_TASK_RETENTION
+    ) -> None:
         self.redis = redis
         self.keys = keys
+        self.retention_seconds = max(1, int(retention.total_seconds()))
         self._start: AsyncScript = redis.register_script(scripts.START_TASK)
         self._rollback: AsyncScript = redis.register_script(scripts.ROLLBACK_START)
         self._block: AsyncScript = redis.register_script(scripts.BLOCK_UNCONFIRMED)
@@ -128,6 +145,8 @@ class RecordStore:
         self._recover_starting: AsyncScript = redis.register_script(scripts.RECOVER_STARTING)
         self._reopen: AsyncScript = redis.register_script(scripts.REOPEN)
         self._touch: AsyncScript = redis.register_script(scripts.TOUCH_HANDLES)
+        self._release_session: AsyncScript = redis.register_script(scripts.RELEASE_SESSION)
+        self._prune_starting: AsyncScript = redis.register_script(scripts.PRUNE_STARTING)
 
     # -- sessions ---------------------------------------------------------------------
     async def create_session(self, session_id: str, fields: Mapping[str, str]) -> None:
@@ -138,9 +157,20 @@ class RecordStore:
         raw = await self.redis.hgetall(self.keys.session(session_id))
         return {_text(key): _text(value) for key, value in raw.items()}
 
-    async def close_session(self, session_id: str) -> None:
-        key = self.keys.session(session_id)
-        await self.redis.hset(key, "closed", "1")
+    async def release_session(self, session_id: str, *, force: bool = False) -> ReleaseResult:
+        """Close a non-persistent session and forget it (delete its record, lease, fence
+        and handle keys) in one step when none of its tasks is unsettled; ``force``
+        forgets it whatever still runs (see ``scripts.RELEASE_SESSION``)."""
+        reply = await self._release_session(
+            keys=[
+                self.keys.session(session_id),
+                self.keys.lease(session_id),
+                self.keys.fence(session_id),
+                self.keys.handles(session_id),
+            ],
+            args=[self.keys.task_prefix(), "forget" if force else "close"],
+        )
+        return ReleaseResult(_text(reply[0]))
 
     async def reopen(
         self,
@@ -191,7 +221,7 @@ class RecordStore:
         return StartResult(values[0]), values[1] if len(values) > 1 else ""
 
     async def rollback_start(self, session_id: str, task_id: str) -> bool:
-        keys = [self.keys.session(session_id), self.keys.task(task_id)]
+        keys = [self.keys.session(session_id), self.keys.task(task_id), self.keys.starting()]
         return bool(await self._rollback(keys=keys, args=[task_id]))
 
     async def block_unconfirmed(self, session_id: str, reference: str) -> None:
@@ -225,7 +255,7 @@ class RecordStore:
                 policy.max_deliveries,
                 policy.lost_outcome,
                 policy.exhausted_outcome,
-                TASK_RETENTION_SECONDS,
+                self.retention_seconds,
             ],
         )
         result = ClaimResult(_text(reply[0]))
@@ -264,6 +294,18 @@ class RecordStore:
         items = [_text(item) for item in reply]
         return list(zip(items[0::2], items[1::2], strict=True))
 
+    async def starts_of_released_sessions(
+        self, older_than_ms: int, max_entries: int = 1000
+    ) -> list[tuple[str, str]]:
+        """Prune the starting set of settled or vanished tasks; return ``(task id,
+        session id)`` of starts whose session was released (to be settled, never run)."""
+        reply = await self._prune_starting(
+            keys=[self.keys.starting()],
+            args=[self.keys.task_prefix(), self.keys.session(""), older_than_ms, max_entries],
+        )
+        items = [_text(item) for item in reply]
+        return list(zip(items[0::2], items[1::2], strict=True))
+
     async def recover(
         self, session_id: str, task_id: str, policy: LossPolicy, holdoff_ms: int
     ) -> RecoverResult:
@@ -275,13 +317,14 @@ class RecordStore:
                 self.keys.session(session_id),
                 self.keys.events(task_id),
                 self.keys.running(),
+                self.keys.starting(),
             ],
             args=[
                 task_id,
                 "resume" if policy.resume else "unresolved",
                 policy.lost_outcome,
                 holdoff_ms,
-                TASK_RETENTION_SECONDS,
+                self.retention_seconds,
             ],
         )
         return RecoverResult(_text(reply[0]))
@@ -319,6 +362,7 @@ class RecordStore:
                 self.keys.events(task_id),
                 self.keys.lease(session_id),
                 self.keys.running(),
+                self.keys.starting(),
             ],
             args=[
                 lease,
@@ -326,7 +370,7 @@ class RecordStore:
                 dumps(outcome),
                 "1" if run_ended else "0",
                 task_id,
-                TASK_RETENTION_SECONDS,
+                self.retention_seconds,
             ],
         )
         values = [_text(item) for item in reply]
@@ -343,8 +387,9 @@ class RecordStore:
                 self.keys.events(task_id),
                 self.keys.lease(session_id),
                 self.keys.running(),
+                self.keys.starting(),
             ],
-            args=[task_id, self.keys.cancel_channel(), TASK_RETENTION_SECONDS],
+            args=[task_id, self.keys.cancel_channel(), self.retention_seconds],
         )
         values = [_text(item) for item in reply]
         return CancelResult(values[0]), values[1] if len(values) > 1 else ""

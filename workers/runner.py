@@ -47,6 +47,7 @@ from .event_sink import EventSink
 from .graph import ModelCalls, ModelGraph
 from .lease import SessionLease
 from .loss import loss_policy
+from .pruning import CheckpointPruner
 from .turn import TurnResult, TurnTranslator, run_turn
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ class TaskRunner:
         runs: dict[str, LiveRun],
         token: str,
         delete_thread: ThreadDeleter,
+        pruner: CheckpointPruner | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -103,6 +105,7 @@ class TaskRunner:
         self._runs = runs
         self._token = token
         self._delete_thread = delete_thread
+        self._pruner = pruner
         self._lease_ms = int(settings.lease_ttl.total_seconds() * 1000)
 
     async def run(self, task_id: str, session_id: str | None = None) -> None:
@@ -183,6 +186,7 @@ class TaskRunner:
                     "task %s lost its lease; its outcome is left to the new holder", task_id
                 )
                 return
+            await self._prune(session_id, lease.value)
             released = await self._settle(session_id, outcome, lease.value, run_ended=True)
         except _OutlivedBudget as outlived:
             run_ended = False
@@ -198,7 +202,10 @@ class TaskRunner:
             if not run_ended:
                 await lease.release()
                 record_now = await self._store.session_record(session_id)
-                released = record_now.get("closed") == "1" and record_now.get("persistent") != "1"
+                # Released: closed and not persistent, or already forgotten (no record).
+                released = not record_now or (
+                    record_now.get("closed") == "1" and record_now.get("persistent") != "1"
+                )
             if released:
                 await self._delete_released_thread(session_id)
 
@@ -380,6 +387,18 @@ class TaskRunner:
             log.exception("task %s: the lease could not be handed back", lease.task_id)
         else:
             log.info("task %s handed back; lease %s released", lease.task_id, lease.value)
+
+    async def _prune(self, session_id: str, lease: str) -> None:
+        """Keep the thread to its latest checkpoints while this run still holds the lease
+        (before settling frees it). A failure costs storage, never the outcome."""
+        if self._pruner is None:
+            return
+        try:
+            await self._pruner.prune(session_id, lease)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("pruning the checkpoints of session %s failed", session_id)
 
     async def _delete_released_thread(self, session_id: str) -> None:
         """The session was released while this run went on: its last writes must go too."""

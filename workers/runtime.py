@@ -1,4 +1,5 @@
-"""One long-lived event loop per worker process, with its Redis clients and saver.
+"""One long-lived event loop per worker process, with its Redis clients and saver, and
+the wiring of the runner, the sweeper and the control loops (``workers.control``).
 
 Celery runs task functions synchronously (prefork children, or pool threads). Each
 process owns one background thread running one asyncio loop; every Redis client, the
@@ -19,10 +20,7 @@ from typing import Any, TypeVar
 from uuid import uuid4
 
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from wire.codec import dumps, loads
 from wire.keys import Keys
 from wire.profiles import AgentProfile, load_profiles
 from wire.redis_options import pool_options
@@ -30,17 +28,17 @@ from wire.settings import Settings
 from wire.store import RecordStore
 
 from .checkpoints import FencedRedisSaver
+from .control import CancelListener, MaintenanceConsumer
 from .errors import FencingUnavailableError, RuntimeStoppedError
 from .graph import ModelCalls, ModelGraph
 from .import_cache import fail_fast_if_missing
 from .models import build_model
+from .pruning import CheckpointPruner
 from .runner import GraphProvider, LiveRun, TaskRunner, ThreadDeleter
 from .sweeper import LeaseSweeper
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-_REPLY_TTL_SECONDS = 120
 
 
 def _pool(url: str, settings: Settings, *, decode: bool) -> BlockingConnectionPool:
@@ -94,7 +92,7 @@ class _LoopState:
             )
         self.keys = Keys(settings.namespace)
         self.redis = Redis(connection_pool=_pool(settings.redis_url, settings, decode=True))
-        self.store = RecordStore(self.redis, self.keys)
+        self.store = RecordStore(self.redis, self.keys, settings.task_retention)
         self.checkpoint_redis = Redis(
             connection_pool=_pool(settings.effective_checkpoint_url, settings, decode=False)
         )
@@ -110,6 +108,20 @@ class _LoopState:
             runs=self.runs,
             token=self.token,
             delete_thread=self.deleter,
+            pruner=CheckpointPruner(
+                self.saver,
+                self.checkpoint_redis,
+                self.store,
+                settings.checkpoints_kept,
+            ),
+        )
+        self.cancel_listener = CancelListener(self.redis, self.keys, self.runs)
+        self.maintenance = MaintenanceConsumer(
+            self.redis,
+            self.keys,
+            self.token,
+            self.deleter,
+            liveness=settings.lease_ttl.total_seconds(),
         )
         self.background: list[asyncio.Task[None]] = []
         self.sweeper: LeaseSweeper | None = None
@@ -125,8 +137,8 @@ class _LoopState:
         await self.saver.asetup()
         if self.sweeper is not None:
             self.background.append(asyncio.create_task(self.sweeper.serve()))
-        self.background.append(asyncio.create_task(self._listen_for_cancellations()))
-        self.background.append(asyncio.create_task(self._serve_maintenance()))
+        self.background.append(asyncio.create_task(self.cancel_listener.serve()))
+        self.background.append(asyncio.create_task(self.maintenance.serve()))
 
     async def stop_runs(self) -> None:
         """Cancel the runs in progress and wait for them (each hands its lease back once
@@ -144,150 +156,12 @@ class _LoopState:
         for task in self.background:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        # Unanswered maintenance requests go back on the queue for another worker.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.maintenance.leave(), timeout=2)
         for client in (self.redis, self.checkpoint_redis):
             await client.aclose()
             await client.connection_pool.disconnect()
-
-    async def _listen_for_cancellations(self) -> None:
-        """Deliver cancellation requests to this process's runs the moment they are made.
-
-        A lost connection (Redis restarting) is retried with backoff for as long as the
-        process lives. Pub/sub does not replay what was published while this listener
-        was away, so after reconnecting it reads the durable cancel flag of every live
-        run once (the lease renewer reads it too, but only every sixth of the TTL)."""
-        channel = self.keys.cancel_channel()
-        outage = _Outage("cancellation listener")
-        while True:
-            _raise_if_cancelled()
-            try:
-                async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(channel)
-                    if outage.recovered():
-                        await self._recheck_cancellations()
-                    while True:
-                        _raise_if_cancelled()
-                        message = await pubsub.get_message(timeout=2.0)
-                        if message is None:
-                            continue
-                        run = self.runs.get(str(message["data"]))
-                        if run is not None:
-                            run.cancel_requested.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                await outage.back_off(error)
-
-    async def _recheck_cancellations(self) -> None:
-        for task_id, run in tuple(self.runs.items()):
-            if await self.redis.hget(self.keys.task(task_id), "cancel") == "1":
-                run.cancel_requested.set()
-
-    async def _serve_maintenance(self) -> None:
-        """Delete checkpoint threads of released sessions, outside the Celery slots.
-
-        A lost connection is retried with backoff for as long as the process lives."""
-        queue = self.keys.maintenance_queue()
-        outage = _Outage("maintenance consumer")
-        while True:
-            _raise_if_cancelled()
-            try:
-                item = await self.redis.blpop([queue], timeout=2)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                await outage.back_off(error)
-                continue
-            outage.recovered()
-            if item is not None:
-                await self._answer_maintenance(item[1])
-
-    async def _answer_maintenance(self, raw: str | bytes) -> None:
-        """Carry out one request and push its reply. Both are idempotent, so both are
-        tried again while Redis is unreachable, for at most ``_MAINTENANCE_RETRY_SECONDS``
-        (a caller that stopped waiting meanwhile finds the work done later)."""
-        try:
-            request = loads(raw)
-            key = self.keys.maintenance_reply(str(request["id"]))
-        except Exception:
-            log.exception("malformed maintenance request dropped: %.200r", raw)
-            return
-        outage = _Outage(f"maintenance request {request['id']}")
-        while True:
-            try:
-                reply = await self._carry_out(request)
-                async with self.redis.pipeline(transaction=True) as pipe:
-                    pipe.rpush(key, dumps(reply))
-                    pipe.expire(key, _REPLY_TTL_SECONDS)
-                    await pipe.execute()
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                if outage.seconds() > _MAINTENANCE_RETRY_SECONDS:
-                    log.error("maintenance request %s dropped: %s", request["id"], error)
-                    return
-                await outage.back_off(error)
-
-    async def _carry_out(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """The reply to one request; connection errors propagate (the work is retried)."""
-        if request.get("op") != "delete_thread":
-            return {"ok": False, "error": f"unknown operation {request.get('op')!r}"}
-        try:
-            await self.deleter(str(request["thread_id"]))
-        except (RedisConnectionError, RedisTimeoutError):
-            raise
-        except Exception as error:
-            return {"ok": False, "error": f"{type(error).__name__}: {error}"}
-        return {"ok": True}
-
-
-_MAINTENANCE_RETRY_SECONDS = 60.0
-_BACKOFF_FIRST = 0.05
-_BACKOFF_MAX = 1.0
-
-
-def _raise_if_cancelled() -> None:
-    """redis-py can finish a command whose task was cancelled and drop the
-    ``CancelledError``; a loop that would go on forever honours the request here."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
-
-
-class _Outage:
-    """Backoff and logging of one background consumer's Redis outages: a warning when
-    one begins, a note when it ends, a traceback only for errors that are not about the
-    connection."""
-
-    def __init__(self, what: str) -> None:
-        self._what = what
-        self._since: float | None = None
-        self._delay = _BACKOFF_FIRST
-
-    def seconds(self) -> float:
-        """How long the current outage has lasted (0 if there is none)."""
-        if self._since is None:
-            return 0.0
-        return asyncio.get_running_loop().time() - self._since
-
-    def recovered(self) -> bool:
-        """Note a success; whether it ended an outage."""
-        if self._since is None:
-            return False
-        log.info("%s: Redis reachable again after %.1f s", self._what, self.seconds())
-        self._since = None
-        self._delay = _BACKOFF_FIRST
-        return True
-
-    async def back_off(self, error: BaseException) -> None:
-        if self._since is None:
-            self._since = asyncio.get_running_loop().time()
-            if isinstance(error, RedisConnectionError | RedisTimeoutError):
-                log.warning("%s: %s: %s; reconnecting", self._what, type(error).__name__, error)
-            else:
-                log.error("%s failed; retrying", self._what, exc_info=error)
-        await asyncio.sleep(self._delay)
-        self._delay = min(self._delay * 2, _BACKOFF_MAX)
 
 
 async def _cancel_runs() -> None:

@@ -9,6 +9,10 @@ once ``max_deliveries`` is reached) or settled ``Unresolved(OBSERVATION_LOST)``,
 deployment declares. The decision is one atomic script, so many sweeping workers publish a
 lost task at most once per ``lease_ttl``; a duplicate message is harmless anyway, because
 the claim admits one run per session.
+
+Each sweep also keeps the starting set to unsettled starts of live sessions, whichever
+Redis the broker is: entries of settled or vanished tasks are dropped, and a start of a
+released session is settled ``Cancelled`` (no claim can ever run it).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from wire.settings import Settings
-from wire.store import RecordStore, RecoverResult
+from wire.store import CancelResult, RecordStore, RecoverResult
 
 from .loss import loss_policy
 
@@ -64,7 +68,7 @@ class LeaseSweeper:
     async def sweep(self) -> list[str]:
         """One pass; returns the ids of the tasks it published again or settled.
 
-        In the steady state (no lost run) a pass is one script call, or two when the
+        In the steady state (no lost run) a pass is two script calls, or three when the
         broker is the records' Redis."""
         recovered: list[str] = []
         for task_id, session_id in await self._store.lapsed_tasks():
@@ -77,6 +81,16 @@ class LeaseSweeper:
                 log.warning("task %s lost its worker; publishing it again", task_id)
                 if await self._publish_again(task_id, session_id):
                     recovered.append(task_id)
+        # Whichever Redis the broker is, the starting set keeps only unsettled starts of
+        # live sessions; a start of a released session is settled Cancelled (no claim can
+        # ever run it: its session record is gone).
+        for task_id, session_id in await self._store.starts_of_released_sessions(
+            self._unclaimed_ms
+        ):
+            cancelled, _ = await self._store.cancel(session_id, task_id)
+            if cancelled is CancelResult.SETTLED:
+                log.warning("task %s started on a released session; settled cancelled", task_id)
+                recovered.append(task_id)
         if self._search_queue:
             for task_id, session_id in await self._store.recover_starting(
                 self._settings.queue, self._unclaimed_ms, self._holdoff_ms

@@ -21,9 +21,11 @@ local function usage_add(a, b)
   return r
 end
 -- Record a terminal outcome: commit session usage once, append the terminal event,
--- free the session when no graph run holds it any more, and bound the retention.
-local function settle(task, session, events, lease, running, task_id, state, outcome,
-                      lease_value, run_ended, retention)
+-- free the session when no graph run holds it any more, take the task out of the running
+-- and starting sets, and bound the retention of the record and the stream (every
+-- settling path goes through here, so every settled task expires).
+local function settle(task, session, events, lease, running, starting, task_id, state,
+                      outcome, lease_value, run_ended, retention)
   local session_usage = cjson.null
   if redis.call('EXISTS', session) == 1 then
     local stored = redis.call('HGET', session, 'usage')
@@ -36,6 +38,7 @@ local function settle(task, session, events, lease, running, task_id, state, out
   redis.call('HSET', task, 'state', state, 'outcome', encoded)
   redis.call('XADD', events, '*', 'k', 'e', 't', 'terminal', 'd', encoded)
   redis.call('ZREM', running, task_id)
+  redis.call('ZREM', starting, task_id)
   if state == 'completed' and redis.call('EXISTS', session) == 1 then
     -- A completed turn wrote a checkpoint: the session now has stored history.
     redis.call('HINCRBY', session, 'turns', 1)
@@ -48,9 +51,7 @@ local function settle(task, session, events, lease, running, task_id, state, out
   if not held and redis.call('HGET', session, 'active') == task_id then
     redis.call('HSET', session, 'active', '')
   end
-  if retention > 0 then
-    redis.call('EXPIRE', task, retention)
-    redis.call('EXPIRE', events, retention)
-  end
+  redis.call('EXPIRE', task, retention)
+  redis.call('EXPIRE', events, retention)
   return encoded
 end

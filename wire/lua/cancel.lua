@@ -1,5 +1,5 @@
 -- KEYS[1] task hash, KEYS[2] session hash, KEYS[3] events, KEYS[4] session lease,
--- KEYS[5] running set
+-- KEYS[5] running set, KEYS[6] starting set
 -- ARGV[1] task id, ARGV[2] cancel channel, ARGV[3] retention seconds
 -- Records the request durably (once). A task no worker claimed yet is settled Cancelled
 -- with measured-zero usage right here, so it can never start; a running one is told at
@@ -12,8 +12,8 @@ if TERMINAL[state] then return {'terminal'} end
 local first = redis.call('HSETNX', KEYS[1], 'cancel', '1')
 if state == 'starting' then
   local outcome = {type='cancelled', task_id=ARGV[1], output=cjson.null, usage=usage_zero()}
-  local encoded = settle(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], 'cancelled',
-                         outcome, '', false, tonumber(ARGV[3]))
+  local encoded = settle(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[1],
+                         'cancelled', outcome, '', false, tonumber(ARGV[3]))
   return {'settled', encoded}
 end
 redis.call('PUBLISH', ARGV[2], ARGV[1])

@@ -9,24 +9,37 @@
 -- Returns {'claimed', lease value, previous state, deliveries, task fields, session fields}
 --         | {'missing'} | {'terminal'} | {'busy'} (another live run holds the session)
 --         | {'lost'} | {'exhausted'} (settled here)
+--         | {'released'} (its session was released and forgotten: settled here, never run;
+--           no fence is issued for a session whose record is gone)
 --! include prelude
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'missing'} end
 if redis.call('HGET', KEYS[1], 'session') ~= ARGV[3] then return {'missing'} end
 redis.call('ZREM', KEYS[7], ARGV[4])
 if TERMINAL[state] then return {'terminal'} end
-if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy'} end
 local retention = tonumber(ARGV[9])
+if redis.call('EXISTS', KEYS[5]) == 0 then
+  if state == 'starting' then
+    local outcome = {type='cancelled', task_id=ARGV[4], output=cjson.null, usage=usage_zero()}
+    settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], KEYS[7], ARGV[4], 'cancelled',
+           outcome, '', false, retention)
+  else
+    settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], KEYS[7], ARGV[4], 'unresolved',
+           cjson.decode(ARGV[7]), '', false, retention)
+  end
+  return {'released'}
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy'} end
 if state == 'running' then
   -- A lost run of a task whose cancellation was requested is not resumed: nobody saw
   -- whether it stopped.
   if ARGV[5] ~= 'resume' or redis.call('HGET', KEYS[1], 'cancel') == '1' then
-    settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], ARGV[4], 'unresolved',
+    settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], KEYS[7], ARGV[4], 'unresolved',
            cjson.decode(ARGV[7]), '', false, retention)
     return {'lost'}
   end
   if tonumber(redis.call('HGET', KEYS[1], 'deliveries') or '0') >= tonumber(ARGV[6]) then
-    settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], ARGV[4], 'failed',
+    settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], KEYS[7], ARGV[4], 'failed',
            cjson.decode(ARGV[8]), '', false, retention)
     return {'exhausted'}
   end

@@ -1,5 +1,5 @@
 -- KEYS[1] task hash, KEYS[2] session lease, KEYS[3] session hash, KEYS[4] events,
--- KEYS[5] running set
+-- KEYS[5] running set, KEYS[6] starting set
 -- ARGV[1] task id, ARGV[2] worker-loss policy, ARGV[3] outcome JSON if the lost run may not
 -- resume, ARGV[4] milliseconds before another sweep may republish it, ARGV[5] retention
 -- A claimed task whose lease lapsed lost its worker. Returns {'gone'} (settled or not
@@ -16,7 +16,7 @@ local now = now_ms()
 local at = tonumber(redis.call('HGET', KEYS[1], 'recover_at') or '0')
 if at > now then return {'pending'} end
 if ARGV[2] ~= 'resume' or redis.call('HGET', KEYS[1], 'cancel') == '1' then
-  settle(KEYS[1], KEYS[3], KEYS[4], KEYS[2], KEYS[5], ARGV[1], 'unresolved',
+  settle(KEYS[1], KEYS[3], KEYS[4], KEYS[2], KEYS[5], KEYS[6], ARGV[1], 'unresolved',
          cjson.decode(ARGV[3]), '', false, tonumber(ARGV[5]))
   return {'lost'}
 end
