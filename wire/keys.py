@@ -67,8 +67,9 @@ class Keys:
         return f"{self.namespace}:task:"
 
     def task(self, task_id: str) -> str:
-        """Hash: the task record (session, state, input, cancel flag, fence, deliveries,
-        claim time, recovery hold-off, last appended batch, outcome)."""
+        """Hash: the task record (session, state, input, whether its publish was confirmed,
+        cancel flag, fence, deliveries, claim time, recovery hold-off, last appended batch,
+        outcome). A caller reads an unconfirmed start's fate here by its task id."""
         return f"{self.task_prefix()}{task_id}"
 
     def events(self, task_id: str) -> str:
@@ -82,8 +83,8 @@ class Keys:
 
     def starting(self) -> str:
         """Sorted set: tasks started but not yet claimed (member: task id, score: start
-        time in ms). The sweeper republishes one whose message vanished with a worker
-        killed between taking it from the broker and claiming it."""
+        time in ms). The sweeper republishes one whose message provably reached the broker
+        and vanished unclaimed (a worker killed between taking it and claiming it)."""
         return f"{self.namespace}:starting"
 
     @staticmethod
@@ -91,6 +92,14 @@ class Keys:
         """Lists owned by kombu's Redis transport that hold a queue's waiting messages,
         one per priority step (0, 3, 6, 9): ``<queue>`` and ``<queue>\x06\x16<step>``."""
         return (queue, *(f"{queue}\x06\x16{step}" for step in (3, 6, 9)))
+
+    @staticmethod
+    def broker_unacked() -> str:
+        """Hash owned by kombu's Redis transport: every message a worker has taken from a
+        queue and not yet acknowledged (field: delivery tag, value: the JSON message),
+        kept until the ack or the visibility timeout. Read only, by the sweeper, as proof
+        that a start's message reached the broker."""
+        return "unacked"
 
     # -- control ------------------------------------------------------------------------
     def cancel_channel(self) -> str:

@@ -33,6 +33,7 @@ class ClaimResult(StrEnum):
     BUSY = "busy"
     LOST = "lost"
     EXHAUSTED = "exhausted"
+    RELEASED = "released"
 
 
 class RecoverResult(StrEnum):
@@ -117,6 +118,8 @@ class RecordStore:
         self._start: AsyncScript = redis.register_script(scripts.START_TASK)
         self._rollback: AsyncScript = redis.register_script(scripts.ROLLBACK_START)
         self._block: AsyncScript = redis.register_script(scripts.BLOCK_UNCONFIRMED)
+        self._confirm: AsyncScript = redis.register_script(scripts.CONFIRM_START)
+        self._close: AsyncScript = redis.register_script(scripts.CLOSE_SESSION)
         self._claim: AsyncScript = redis.register_script(scripts.CLAIM)
         self._append: AsyncScript = redis.register_script(scripts.APPEND)
         self._settle: AsyncScript = redis.register_script(scripts.SETTLE)
@@ -139,9 +142,19 @@ class RecordStore:
         raw = await self.redis.hgetall(self.keys.session(session_id))
         return {_text(key): _text(value) for key, value in raw.items()}
 
-    async def close_session(self, session_id: str) -> None:
-        key = self.keys.session(session_id)
-        await self.redis.hset(key, "closed", "1")
+    async def close_session(self, session_id: str, unconfirmed_task: str = "") -> bool:
+        """Release a non-persistent session; an unconfirmed start of it that no worker
+        claimed yet is settled Cancelled (it can never run). Returns whether it was."""
+        keys = [self.keys.session(session_id)]
+        if unconfirmed_task:
+            keys += [
+                self.keys.task(unconfirmed_task),
+                self.keys.events(unconfirmed_task),
+                self.keys.lease(session_id),
+                self.keys.running(),
+            ]
+        reply = await self._close(keys=keys, args=[unconfirmed_task, TASK_RETENTION_SECONDS])
+        return bool(reply)
 
     async def reopen(
         self,
@@ -192,8 +205,18 @@ class RecordStore:
         return StartResult(values[0]), values[1] if len(values) > 1 else ""
 
     async def rollback_start(self, session_id: str, task_id: str) -> bool:
-        keys = [self.keys.session(session_id), self.keys.task(task_id)]
+        keys = [self.keys.session(session_id), self.keys.task(task_id), self.keys.starting()]
         return bool(await self._rollback(keys=keys, args=[task_id]))
+
+    @property
+    def confirm_start_sha(self) -> str:
+        """SHA1 of the confirm script: a caller pipelines ``EVALSHA sha 1 <task key>``
+        with its first stream read, so confirming costs no round trip of its own."""
+        return str(self._confirm.sha)
+
+    async def confirm_start(self, task_id: str) -> None:
+        """The publish of the task's run message returned OK (see ``confirm_start.lua``)."""
+        await self._confirm(keys=[self.keys.task(task_id)])
 
     async def block_unconfirmed(self, session_id: str, reference: str) -> None:
         await self._block(keys=[self.keys.session(session_id)], args=[reference])
@@ -259,7 +282,11 @@ class RecordStore:
         """Started tasks whose message vanished unclaimed: ``(task id, session id)``
         pairs to publish again (see ``scripts.RECOVER_STARTING``)."""
         reply = await self._recover_starting(
-            keys=[self.keys.starting(), *self.keys.broker_queue_lists(queue)],
+            keys=[
+                self.keys.starting(),
+                self.keys.broker_unacked(),
+                *self.keys.broker_queue_lists(queue),
+            ],
             args=[self.keys.task_prefix(), unclaimed_ms, holdoff_ms, max_search],
         )
         items = [_text(item) for item in reply]

@@ -8,7 +8,10 @@
 -- or is settled by the deployment's policy, its cancel request or the delivery bound.
 -- Returns {'claimed', lease value, previous state, deliveries, task fields, session fields}
 --         | {'missing'} | {'terminal'} | {'busy'} (another live run holds the session)
---         | {'lost'} | {'exhausted'} (settled here)
+--         | {'lost'} | {'exhausted'} | {'released'} (settled here)
+-- A task of a released session (closed and not persistent, or its record gone) never runs:
+-- one never claimed is settled Cancelled with measured-zero usage (no model was called),
+-- a lost run Unresolved by the lost-run outcome.
 --! include prelude
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'missing'} end
@@ -17,6 +20,18 @@ redis.call('ZREM', KEYS[7], ARGV[4])
 if TERMINAL[state] then return {'terminal'} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy'} end
 local retention = tonumber(ARGV[9])
+local flags = redis.call('HMGET', KEYS[5], 'closed', 'persistent')
+if redis.call('EXISTS', KEYS[5]) == 0 or (flags[1] == '1' and flags[2] ~= '1') then
+  if state == 'starting' then
+    local outcome = {type='cancelled', task_id=ARGV[4], output=cjson.null, usage=usage_zero()}
+    settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], ARGV[4], 'cancelled', outcome, '',
+           false, retention)
+  else
+    settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], ARGV[4], 'unresolved',
+           cjson.decode(ARGV[7]), '', false, retention)
+  end
+  return {'released'}
+end
 if state == 'running' then
   -- A lost run of a task whose cancellation was requested is not resumed: nobody saw
   -- whether it stopped.
