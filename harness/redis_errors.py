@@ -12,6 +12,10 @@ have happened:
 * **unknown**: the command was sent and the reply was lost (reset, timeout, closed by
   the server): it may have run.
 
+The classification relies on each command being sent once: the caller's connection pool
+(``CallerRuntime.open``) has no redis-py retry, so a refusal is the refusal of the only
+attempt, never of a retry after an attempt that may have run.
+
 Either way the caller gets :class:`HarnessTransportError` (or, for a start whose run
 message may have gone out, ``TaskStartUnconfirmedError``), never a raw redis-py error.
 """

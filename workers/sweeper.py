@@ -9,6 +9,11 @@ once ``max_deliveries`` is reached) or settled ``Unresolved(OBSERVATION_LOST)``,
 deployment declares. The decision is one atomic script, so many sweeping workers publish a
 lost task at most once per ``lease_ttl``; a duplicate message is harmless anyway, because
 the claim admits one run per session.
+
+A task still ``starting`` long after its start is published again only when its message
+provably reached the broker (its publish was confirmed, or the message is in a queue list
+or kombu's unacked hash): a start the caller was told is unconfirmed, whose message is
+nowhere, may never have been sent and is never run by a sweep.
 """
 
 from __future__ import annotations
