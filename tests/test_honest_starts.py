@@ -24,6 +24,7 @@ import redis
 from agent_harness_protocol import (
     Cancelled,
     Completed,
+    DiagnosticGap,
     HarnessTransportError,
     SessionBlockedError,
     SessionSpec,
@@ -195,6 +196,25 @@ async def test_a_malformed_stream_entry_ends_the_handle(
             boundary.release()
         assert isinstance(outcome, Unresolved), outcome
         assert outcome.reason is UnresolvedReason.OBSERVATION_LOST
+
+
+async def test_a_malformed_diagnostic_is_skipped_as_a_gap_and_the_task_goes_on(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    keys = Keys(settings.namespace)
+    boundary.hold()
+    async with CeleryHarness(settings, profile="confirmed") as harness:
+        session = await harness.create_session(SessionSpec())
+        task = await session.start_task(_text("malformed-diagnostic"))
+        diagnostics = task.diagnostics()
+        await wait_for(lambda: boundary.calls_for(task.id.value))
+        sync_redis.xadd(keys.events(task.id.value), {"k": "d", "t": "", "d": "[1]"})
+        boundary.release()
+        async with asyncio.timeout(30):
+            outcome = await task.await_outcome()
+            received = [event async for event in diagnostics]
+        assert isinstance(outcome, Completed), outcome
+        assert DiagnosticGap(task.id, 1) in received, received
 
 
 # -- a Redis of its own, stopped and filled -----------------------------------------------
