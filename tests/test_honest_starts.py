@@ -14,6 +14,7 @@ restarts) served by a worker process.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -34,14 +35,17 @@ from agent_harness_protocol import (
     Unresolved,
     UnresolvedReason,
 )
+from redis.asyncio import Redis as AsyncRedis
 
 from harness import CeleryHarness
 from harness.transport import PublishError, PublishFate, TaskPublisher
 from tooling.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from tooling.worker_process import WorkerProcess
+from wire.codec import dumps
 from wire.keys import Keys
 from wire.redis_options import pool_options
 from wire.settings import Settings
+from wire.store import RecordStore, StartResult
 
 from .support.boundary import ModelBoundary
 from .support.start_control import StartBoundary
@@ -154,6 +158,45 @@ async def test_an_unconfirmed_start_delivered_after_its_session_was_released_nev
         assert not _ran(boundary, "delivered-after-release")
         record = sync_redis.hgetall(keys.task(late))
         assert record.get("state") == "cancelled", record
+
+
+async def test_a_claim_of_a_released_sessions_task_settles_it_cancelled_without_running(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    """The last guard: whatever the release knew, a worker never runs a task of a
+    released session. Here the start was recorded behind the releasing handle's back
+    (another process's start whose fate that handle never heard of)."""
+    keys = Keys(settings.namespace)
+    client = AsyncRedis.from_url(settings.redis_url, decode_responses=True, **pool_options())
+    store = RecordStore(client, keys)
+    publisher = TaskPublisher(settings)
+    try:
+        async with CeleryHarness(settings, profile="confirmed") as harness:
+            session = await harness.create_session(SessionSpec())
+            first = await session.start_task(_text("served-before-release"))
+            async with asyncio.timeout(30):
+                assert isinstance(await first.await_outcome(), Completed)
+            task_id = uuid4().hex
+            result, _ = await store.start_task(
+                session.id.value, task_id, dumps({"text": "claimed-after-release"})
+            )
+            assert result is StartResult.OK
+            await session.release()
+            await publisher.publish(task_id, session.id.value)
+            await wait_for(
+                lambda: sync_redis.hget(keys.task(task_id), "state") != "starting", within=30
+            )
+            await watch_past_sweeps(settings, boundary, sync_redis)
+            assert not boundary.calls_for(task_id)
+            assert not _ran(boundary, "claimed-after-release")
+            record = sync_redis.hgetall(keys.task(task_id))
+            assert record.get("state") == "cancelled", record
+            outcome = json.loads(record["outcome"])
+            assert outcome["type"] == "cancelled", outcome
+            assert outcome["usage"]["total_tokens"] == 0, outcome
+    finally:
+        publisher.close()
+        await client.aclose()
 
 
 async def test_a_stream_key_of_the_wrong_type_ends_the_handle(
