@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from uuid import uuid4
 
@@ -13,7 +14,6 @@ from agent_harness_protocol import (
     CleanupBudget,
     CompatibilityIssue,
     CompatibilityReport,
-    HarnessTransportError,
     IncompatibleRequirementError,
     PersistentSessionRef,
     PersistentSessions,
@@ -24,8 +24,7 @@ from agent_harness_protocol import (
     StorageNamespace,
     SupportReport,
 )
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from wire.codec import dumps, spec_to_json, usage_to_json
 from wire.keys import is_valid_id
@@ -42,6 +41,7 @@ from .errors import (
     StoredHistoryUnavailableError,
     UnknownPersistentSessionError,
 )
+from .redis_errors import reported
 from .runtime import CallerRuntime, PublisherFactory
 from .session import CelerySession
 
@@ -122,7 +122,13 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         """Admit ``spec`` and write the session record; no native work starts.
 
         A spec that requires persistence gets a persistent session: its
-        ``persistent_ref`` reopens it from any process of the deployment."""
+        ``persistent_ref`` reopens it from any process of the deployment.
+
+        Raises:
+            IncompatibleRequirementError: the spec cannot be served.
+            HarnessTransportError: Redis could not be reached or refused the write
+                (``maxmemory``); no session was created.
+        """
         if self._closed:
             raise RuntimeError("harness is closed")
         self.validate(spec).require_compatible()
@@ -130,6 +136,22 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         session_id = SessionId(uuid4().hex)
         persistent = spec.requirements.persistence is not None
         handle_id = uuid4().hex if persistent else None
+        with reported("the session was not created"):
+            await self._write_session(runtime, session_id, spec, persistent, handle_id)
+        if handle_id is not None:
+            runtime.track_handle(session_id.value, handle_id)
+        session = CelerySession(runtime, session_id, spec, handle_id=handle_id)
+        runtime.sessions.add(session)
+        return session
+
+    async def _write_session(
+        self,
+        runtime: CallerRuntime,
+        session_id: SessionId,
+        spec: SessionSpec,
+        persistent: bool,
+        handle_id: str | None,
+    ) -> None:
         await runtime.store.create_session(
             session_id.value,
             {
@@ -144,11 +166,14 @@ class CeleryHarness(AgentHarness, PersistentSessions):
             },
         )
         if handle_id is not None:
-            await runtime.store.touch_handles(session_id.value, (handle_id,), runtime.handle_ttl_ms)
-            runtime.track_handle(session_id.value, handle_id)
-        session = CelerySession(runtime, session_id, spec, handle_id=handle_id)
-        runtime.sessions.add(session)
-        return session
+            try:
+                await runtime.store.touch_handles(
+                    session_id.value, (handle_id,), runtime.handle_ttl_ms
+                )
+            except RedisError:
+                with contextlib.suppress(RedisError):  # no handle: nobody can use it
+                    await runtime.redis.delete(runtime.keys.session(session_id.value))
+                raise
 
     async def reopen_session(
         self, reference: PersistentSessionRef, spec: SessionSpec
@@ -167,7 +192,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
                 outlived its settled task.
             SessionBusyError: a task of the context has not settled yet.
             StoredHistoryUnavailableError: the context's checkpoints are missing.
-            HarnessTransportError: Redis could not be reached.
+            HarnessTransportError: Redis could not be reached or refused the write.
         """
         if self._closed:
             raise RuntimeError("harness is closed")
@@ -191,7 +216,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         runtime = self._open()
         session_id = SessionId(reference.id)
         handle_id = uuid4().hex
-        try:
+        with reported("the session was not reopened"):
             result, detail = await runtime.store.reopen(
                 reference.id,
                 dumps(spec_to_json(spec)),
@@ -199,8 +224,6 @@ class CeleryHarness(AgentHarness, PersistentSessions):
                 runtime.handle_ttl_ms,
                 (self._profile.name, self._profile.digest),
             )
-        except (RedisConnectionError, RedisTimeoutError) as error:
-            raise HarnessTransportError(f"could not reach the session store: {error}") from error
         _raise_for_reopen(session_id, result, detail)
         runtime.track_handle(reference.id, handle_id)
         session = CelerySession(runtime, session_id, spec, handle_id=handle_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from uuid import uuid4
 
 from agent_harness_protocol import (
@@ -24,6 +25,7 @@ from agent_harness_protocol import (
     UnconfirmedStart,
     UnresolvedReason,
 )
+from redis.exceptions import RedisError
 
 from wire.codec import dumps
 from wire.provider import PROVIDER
@@ -31,9 +33,12 @@ from wire.store import ReleaseResult, StartResult
 
 from .admission import validate_task
 from .errors import CheckpointCleanupError, SessionBusyError
+from .redis_errors import Fate, fate, reported, transport_error
 from .runtime import CallerRuntime
 from .task import CeleryTask
 from .transport import PublishError, PublishFate
+
+log = logging.getLogger(__name__)
 
 
 def _observe(task: asyncio.Future[None]) -> None:
@@ -62,6 +67,12 @@ class CelerySession(AgentSession):
         self._closed = False
         self._current: CeleryTask | None = None
         self._release_task: asyncio.Task[None] | None = None
+        self._unconfirmed = ""
+        """The task id of this handle's unconfirmed start (the session stays blocked)."""
+        self._blocked = False
+        """Whether the unconfirmed start's block is recorded in Redis."""
+        self._undo = ""
+        """A start that never reached the broker and is still to be rolled back."""
 
     @property
     def id(self) -> SessionId:
@@ -106,20 +117,41 @@ class CelerySession(AgentSession):
                 graph run that outlived its settled task.
             SessionBusyError: another task of this session has not settled.
             IncompatibleRequirementError: the request cannot be served.
-            HarnessTransportError: the run surely did not reach the broker (nothing
-                changed; the session stays usable).
+            HarnessTransportError: the run surely did not reach the broker and never
+                runs (Redis down or refusing writes, the broker refusing the message);
+                the session stays usable.
             TaskStartUnconfirmedError: the run may or may not have reached the broker;
-                the session stays blocked, as a retry could run the work twice.
+                the session stays blocked, as a retry could run the work twice. It runs
+                at most once, only if its message reached the broker, and never after
+                the session was released (then it ends ``Cancelled``). Its fate is in
+                its task record, ``Keys.task(reference.request_id)``.
         """
         if self._closed or self.runtime.closed:
             raise SessionBlockedError(self._id, "session has been released")
         self.validate(request).require_compatible()
         assert isinstance(request.input, TextInput)
-        task_id = TaskId(uuid4().hex)
         store = self.runtime.store
-        result, detail = await store.start_task(
-            self._id.value, task_id.value, dumps({"text": request.input.text})
-        )
+        if self._unconfirmed:
+            await self._block(self._unconfirmed)
+            raise SessionBlockedError(
+                self._id, f"the start of task {self._unconfirmed} is unconfirmed; it may still run"
+            )
+        if self._undo:
+            # An earlier start failed and could not be undone then: undo it now.
+            with reported("undoing a start that never reached the broker"):
+                await store.rollback_start(self._id.value, self._undo)
+            self._undo = ""
+        task_id = TaskId(uuid4().hex)
+        try:
+            result, detail = await store.start_task(
+                self._id.value, task_id.value, dumps({"text": request.input.text})
+            )
+        except RedisError as error:
+            if fate(error) is not Fate.REFUSED:
+                # The record may exist; it was never published, so it never runs, but it
+                # holds the session until undone.
+                self._undo = task_id.value
+            raise transport_error(error, "the task was not started") from error
         if result is StartResult.BUSY:
             raise SessionBusyError(f"session {self._id.value} is running task {detail}")
         if result is StartResult.OUTLIVED:
@@ -137,16 +169,35 @@ class CelerySession(AgentSession):
             await self.runtime.publisher.publish(task_id.value, self._id.value)
         except PublishError as error:
             if error.fate is PublishFate.NOT_DELIVERED:
-                await store.rollback_start(self._id.value, task_id.value)
+                try:
+                    await store.rollback_start(self._id.value, task_id.value)
+                except RedisError as undo_error:
+                    # Never published and never confirmed: no sweeper republishes it.
+                    # The next start of this handle undoes it first.
+                    self._undo = task_id.value
+                    log.warning("could not undo start %s yet: %s", task_id.value, undo_error)
                 raise HarnessTransportError(f"task not delivered to the broker: {error}") from error
             reference = UnconfirmedStart(self._id, task_id.value)
-            await store.block_unconfirmed(self._id.value, task_id.value)
+            self._unconfirmed = task_id.value
+            await self._block(task_id.value)
             raise TaskStartUnconfirmedError(
                 reference, f"delivery of task {task_id.value} is unknown: {error}"
             ) from error
         self._current = task
-        task.start_reading()
+        task.start_reading(confirm=True)
         return task
+
+    async def _block(self, task_id: str) -> None:
+        """Record durably that this session has an unconfirmed start, so every handle
+        refuses to start more; this handle refuses anyway, and retries a failed write."""
+        if self._blocked:
+            return
+        try:
+            await self.runtime.store.block_unconfirmed(self._id.value, task_id)
+        except RedisError as error:
+            log.warning("could not record the unconfirmed start %s yet: %s", task_id, error)
+            return
+        self._blocked = True
 
     async def release(self) -> None:
         """Settle active work within the cleanup budget, then delete what the session
@@ -154,16 +205,24 @@ class CelerySession(AgentSession):
         through the workers' durable maintenance queue. Its tasks' records and event
         streams expire after the retention period (``AHP_TASK_RETENTION``).
 
-        Idempotent; cancelling the caller does not interrupt it.
+        Idempotent; cancelling the caller does not interrupt it. A release that failed
+        because Redis could not be reached may be called again.
 
         Raises:
             CheckpointCleanupError: the checkpoint thread could not be deleted in time.
+            HarnessTransportError: Redis could not be reached; call again.
         """
         if self._release_task is None:
             self._closed = True
             self._release_task = asyncio.create_task(self._release())
             self._release_task.add_done_callback(_observe)
-        await asyncio.shield(self._release_task)
+        release = self._release_task
+        try:
+            await asyncio.shield(release)
+        except HarnessTransportError:
+            if self._release_task is release:
+                self._release_task = None
+            raise
 
     async def _release(self) -> None:
         loop = asyncio.get_running_loop()
@@ -172,11 +231,15 @@ class CelerySession(AgentSession):
         store = self.runtime.store
         try:
             # A non-persistent session is closed, and forgotten in the same step when
-            # none of its tasks is unsettled (its record, lease, fence and handle keys go).
-            forgotten = (
-                not self.persistent
-                and await store.release_session(self._id.value) is not ReleaseResult.CLOSED
-            )
+            # none of its tasks is unsettled (its record, lease, fence and handle keys go);
+            # this handle's unconfirmed start, if no worker claimed it, can never run now.
+            forgotten = False
+            if not self.persistent:
+                with reported("the session was not released"):
+                    result = await store.release_session(
+                        self._id.value, unconfirmed_task=self._unconfirmed
+                    )
+                forgotten = result is not ReleaseResult.CLOSED
             task = self._current
             if task is not None:
                 await task.stop(
@@ -186,20 +249,26 @@ class CelerySession(AgentSession):
                 )
             if self._handle_id is not None:
                 # The context stays for reopen_session; only this handle closes.
-                await self.runtime.drop_handle(self._id.value, self._handle_id)
-                return
-            if not forgotten:
-                # Whatever still runs loses its lease here; a later claim never runs.
-                await store.release_session(self._id.value, force=True)
-            remaining = max(0.0, budget.cleanup_total.total_seconds() - (loop.time() - started))
-            try:
-                await self.runtime.delete_thread(
-                    self.runtime.keys.thread_id(self._id.value), remaining
-                )
-            except Exception as error:
-                raise CheckpointCleanupError({self._id: error}) from error
-        finally:
+                with reported("the session handle was not closed"):
+                    await self.runtime.drop_handle(self._id.value, self._handle_id)
+            else:
+                if not forgotten:
+                    # Whatever still runs loses its lease here; a later claim never runs.
+                    with reported("the session was not released"):
+                        await store.release_session(self._id.value, force=True)
+                remaining = budget.cleanup_total.total_seconds() - (loop.time() - started)
+                try:
+                    await self.runtime.delete_thread(
+                        self.runtime.keys.thread_id(self._id.value), max(0.0, remaining)
+                    )
+                except Exception as error:
+                    raise CheckpointCleanupError({self._id: error}) from error
+        except HarnessTransportError:
+            raise  # still tracked: a later release (or the harness's aclose) tries again
+        except BaseException:
             self.runtime.sessions.discard(self)
+            raise
+        self.runtime.sessions.discard(self)
 
     async def force_unresolved_cleanup(self) -> None:
         """The total budget ran out: settle what is still active as ``Unresolved``."""

@@ -17,6 +17,7 @@ from agent_harness_protocol import (
     AgentTask,
     DiagnosticEvent,
     DiagnosticGap,
+    HarnessTransportError,
     InteractionId,
     InteractionRequest,
     InteractionResponse,
@@ -33,6 +34,7 @@ from agent_harness_protocol import (
 )
 from agent_harness_protocol.diagnostics import TaskDiagnostics
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from wire.codec import (
@@ -45,10 +47,12 @@ from wire.codec import (
     outcome_to_json,
     terminal_event,
 )
+from wire.errors import DecodeError
 from wire.store import CancelResult, SettleResult
 
 from .errors import RemoteTaskError
 from .fanout import BoundedFanout
+from .redis_errors import reported
 
 if TYPE_CHECKING:
     from .session import CelerySession
@@ -81,7 +85,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         self._id = task_id
         self._state = TaskState.STARTING
         self._outcome: asyncio.Future[TaskOutcome] = asyncio.get_running_loop().create_future()
-        self._cancel_sent = False
+        self._cancel_recorded = False
         capacity = self._runtime.settings.event_buffer_capacity
         self._events = BoundedFanout[TaskEvent](capacity, lambda n: ObservationGap(task_id, n))
         self._diagnostics = BoundedFanout[DiagnosticEvent](
@@ -120,12 +124,20 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         """Record the request durably, tell the running worker at once, revoke the message.
 
         Returns without waiting for termination; a task still queued is settled
-        ``Cancelled`` right away and never starts. One request per task is delivered.
+        ``Cancelled`` right away and never starts. Once the request is recorded, later
+        calls return at once.
+
+        Raises:
+            HarnessTransportError: the request could not be recorded (Redis unreachable
+                or refusing writes); call again.
         """
-        if self._outcome.done() or self._cancel_sent:
+        if self._outcome.done() or self._cancel_recorded:
             return
-        self._cancel_sent = True
-        result, payload = await self._runtime.store.cancel(self._session.id.value, self._id.value)
+        with reported("the cancellation was not recorded"):
+            result, payload = await self._runtime.store.cancel(
+                self._session.id.value, self._id.value
+            )
+        self._cancel_recorded = True
         if result is CancelResult.SETTLED:
             self._finish(outcome_from_json(loads(payload), remote_cause))
         if result in {CancelResult.SETTLED, CancelResult.REQUESTED}:
@@ -135,8 +147,10 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         return await asyncio.shield(self._outcome)
 
     # -- used by the session ------------------------------------------------------------
-    def start_reading(self) -> None:
-        self._reader = self._runtime.spawn(self._read())
+    def start_reading(self, *, confirm: bool = False) -> None:
+        """Follow the task's stream; ``confirm`` also marks its publish confirmed (the
+        mark rides on the first read: no round trip of its own)."""
+        self._reader = self._runtime.spawn(self._read(confirm))
 
     @property
     def settled(self) -> bool:
@@ -149,7 +163,10 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             return
         try:
             async with asyncio.timeout(within):
-                await self.request_cancellation()
+                try:
+                    await self.request_cancellation()
+                except HarnessTransportError as error:
+                    log.warning("task %s: %s", self._id.value, error)
                 await asyncio.shield(self._outcome)
         except TimeoutError:
             await self.force_unresolved(reason, known)
@@ -160,12 +177,25 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         if self._outcome.done():
             return
         outcome = Unresolved(self._id, reason, known)
-        settlement = await self._runtime.store.settle(
-            self._session.id.value,
-            self._id.value,
-            TaskState.UNRESOLVED.value,
-            outcome_to_json(outcome),
-        )
+        try:
+            settlement = await self._runtime.store.settle(
+                self._session.id.value,
+                self._id.value,
+                TaskState.UNRESOLVED.value,
+                outcome_to_json(outcome),
+            )
+        except RedisError as error:
+            # The record cannot be reached; this handle ends anyway, and says why.
+            log.warning("task %s: settling unresolved failed: %s", self._id.value, error)
+            self._finish(
+                Unresolved(
+                    self._id,
+                    reason,
+                    f"{known}; the task record could not be reached "
+                    f"({type(error).__name__}: {error})",
+                )
+            )
+            return
         if settlement.result in {SettleResult.SETTLED, SettleResult.TERMINAL}:
             self._finish(outcome_from_json(loads(settlement.outcome), remote_cause))
 
@@ -179,14 +209,57 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         self._events.close(event)
         self._diagnostics.close()
 
-    async def _read(self) -> None:
-        """Follow the stream from its first entry until the terminal one.
+    async def _read(self, confirm: bool = False) -> None:
+        """Follow the stream from its first entry until the terminal one; never dies
+        silently.
 
         A lost connection (Redis restarting, a network blip) is retried with backoff from
         the last entry id this reader processed, so no entry is skipped or applied twice.
         Redis unreachable for ``reconnect_window`` seconds ends this handle's observation:
         it settles ``Unresolved(OBSERVATION_LOST)`` locally (the durable record, which
-        cannot be reached, stays authoritative for the task itself)."""
+        cannot be reached, stays authoritative for the task itself). So does any other
+        failure (the key is not a stream, an entry cannot be decoded), with its cause
+        logged, except a malformed diagnostic, which is skipped as a diagnostic gap.
+
+        ``confirm`` pipelines the confirm-start script (``EVALSHA``) with the reads until
+        it lands: the sweeper may republish only a start whose publish was confirmed."""
+        try:
+            await self._follow(confirm)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.exception("event stream of task %s failed; observation lost", self._id.value)
+            self._finish(
+                Unresolved(
+                    self._id,
+                    UnresolvedReason.OBSERVATION_LOST,
+                    f"the harness could not follow the task's event stream "
+                    f"({type(error).__name__}: {error}); the task may still run, and its "
+                    "outcome is recorded in its task record",
+                )
+            )
+
+    async def _next_entries(self, key: str, last: str, confirm: bool) -> tuple[Any, bool]:
+        """One read; with ``confirm`` the confirm mark rides in the same round trip.
+        Returns the reply and whether a confirmation is still owed."""
+        redis = self._runtime.redis
+        if not confirm:
+            return await redis.xread({key: last}, count=1024, block=2000), False
+        store = self._runtime.store
+        pipe = redis.pipeline(transaction=False)
+        pipe.evalsha(store.confirm_start_sha, 1, self._runtime.keys.task(self._id.value))
+        pipe.xread({key: last}, count=1024, block=2000)
+        marked, reply = await pipe.execute(raise_on_error=False)
+        if isinstance(reply, BaseException):
+            raise reply
+        if isinstance(marked, NoScriptError):
+            await store.confirm_start(self._id.value)  # loads the script (Redis restarted)
+        elif isinstance(marked, BaseException):
+            log.warning("task %s: confirming its start failed: %s", self._id.value, marked)
+            return reply, True
+        return reply, False
+
+    async def _follow(self, confirm: bool) -> None:
         key = self._runtime.keys.events(self._id.value)
         last = "0-0"
         loop = asyncio.get_running_loop()
@@ -197,7 +270,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             if task is not None and task.cancelling():
                 raise asyncio.CancelledError  # redis-py may have dropped it
             try:
-                reply = await self._runtime.redis.xread({key: last}, count=1024, block=2000)
+                reply, confirm = await self._next_entries(key, last, confirm)
             except (RedisConnectionError, RedisTimeoutError) as error:
                 now = loop.time()
                 if failing_since is None:
@@ -249,7 +322,14 @@ class CeleryTask(AgentTask, TaskDiagnostics):
     def _apply(self, fields: dict[str, str]) -> None:
         kind, tag, payload = fields.get("k", ""), fields.get("t", ""), fields.get("d", "")
         if kind == DIAGNOSTIC:
-            self._diagnostics.publish(diagnostic_from_entry(self._id, payload))
+            try:
+                diagnostic = diagnostic_from_entry(self._id, payload)
+            except DecodeError as error:
+                # Never terminal: skipping it loses one diagnostic, which the gap says.
+                log.warning("task %s: malformed diagnostic skipped: %s", self._id.value, error)
+                self._diagnostics.publish(DiagnosticGap(self._id, 1))
+                return
+            self._diagnostics.publish(diagnostic)
             return
         event = event_from_entry(self._id, tag, payload, remote_cause)
         if isinstance(event, TerminalEvent):

@@ -2,16 +2,14 @@
 
 The producer is a bare Celery client (no worker code is imported). Celery's publish
 retry is off: a retry after an ambiguous failure could deliver one task twice. A
-failure to connect proves the message never left; any later failure leaves its fate
-unknown.
+failure to connect, or the broker refusing the write (``OOM``), proves the message never
+left; any later failure leaves its fate unknown.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
-import socket
 from enum import StrEnum
 from typing import Protocol
 
@@ -19,6 +17,8 @@ from celery import Celery
 
 from wire.celery_config import RUN_TASK, START_PRIORITY, celery_config
 from wire.settings import Settings
+
+from .redis_errors import Fate, fate
 
 log = logging.getLogger(__name__)
 
@@ -36,23 +36,12 @@ class PublishError(Exception):
         self.error = error
 
 
-_REFUSED = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL}
-
-
 def classify(error: BaseException) -> PublishFate:
-    """Whether a publish error proves the message never reached the broker."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, ConnectionRefusedError | socket.gaierror):
-            return PublishFate.NOT_DELIVERED
-        if isinstance(current, OSError) and current.errno in _REFUSED:
-            return PublishFate.NOT_DELIVERED
-        text = str(current)
-        if "Error connecting" in text or "Connection refused" in text:
-            return PublishFate.NOT_DELIVERED
-        current = current.__cause__ or current.__context__
+    """Whether a publish error proves the message never reached the broker: the
+    connection could not be made, or the broker refused the write (``OOM`` at
+    ``maxmemory``, a read-only replica); see :mod:`harness.redis_errors`."""
+    if fate(error) is Fate.REFUSED:
+        return PublishFate.NOT_DELIVERED
     return PublishFate.UNKNOWN
 
 

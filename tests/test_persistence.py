@@ -41,6 +41,7 @@ from .support.boundary import ModelBoundary
 from .support.fixtures import observed
 from .support.runtime_persistence import RuntimePersistenceAdmittingProcessRestart
 from .support.start_control import StartBoundary
+from .support.sweeps import watch_past_sweeps
 
 PERSISTENT = SessionRequirements(persistence=PersistenceRequirement())
 _PERSISTENT_SPEC = SessionSpec(instructions="AHP_PERSISTENT_CONTEXT", requirements=PERSISTENT)
@@ -103,18 +104,39 @@ class PersistenceBinding:
         self._hidden.clear()
 
 
+async def _never_ran(binding: PersistenceBinding) -> None:
+    """The suite looks at a start that never reached the broker only in its first
+    seconds; a sweeper republish would come later. Watch past the sweeper's period (a
+    canary proves a sweep looked at these starts), then read the model boundary and
+    the task records: that work never ran."""
+    lost = binding.start.never_accepted()
+    if not lost:
+        return
+    await watch_past_sweeps(binding.settings, binding.model, binding.client)
+    keys = Keys(binding.settings.namespace)
+    for task_id in lost:
+        assert not binding.model.calls_for(task_id), task_id
+        record = binding.client.hgetall(keys.task(task_id))
+        assert record.get("state") in {None, "starting", "cancelled"}, record
+        assert record.get("deliveries") in {None, "0"}, record
+
+
 @asynccontextmanager
 async def persistence_binding(
     settings: Settings, model: ModelBoundary, client: redis.Redis, spec: SessionSpec
 ) -> AsyncIterator[PersistenceBinding]:
     binding = PersistenceBinding(settings, model, client, spec)
+    passed = False
     try:
         yield binding
+        passed = True
     finally:
         model.release()
         binding.start.accept()
         if binding._hidden:
             binding.restore_stored_context()
+        if passed:
+            await _never_ran(binding)
         await binding.harness.aclose()
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from kombu import Producer
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError
 
 from harness.transport import PublishError, PublishFate, TaskPublisher
 from wire.settings import Settings
@@ -24,6 +26,12 @@ from wire.settings import Settings
         (ConnectionResetError("reset after the message was written"), PublishFate.UNKNOWN),
         (TimeoutError("no reply from the broker"), PublishFate.UNKNOWN),
         (ConnectionRefusedError("refused"), PublishFate.NOT_DELIVERED),
+        # The broker refused the write at maxmemory (noeviction): surely not delivered.
+        (
+            OutOfMemoryError("command not allowed when used memory > 'maxmemory'."),
+            PublishFate.NOT_DELIVERED,
+        ),
+        (RedisConnectionError("Connection closed by server."), PublishFate.UNKNOWN),
     ],
 )
 async def test_a_failed_publish_is_attempted_once_and_classified(

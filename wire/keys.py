@@ -114,8 +114,9 @@ class Keys:
         return f"{self.namespace}:task:"
 
     def task(self, task_id: str) -> str:
-        """Hash: the task record (session, state, input, cancel flag, fence, deliveries,
-        claim time, recovery hold-off, last appended batch, outcome).
+        """Hash: the task record (session, state, input, whether its publish was confirmed,
+        cancel flag, fence, deliveries, claim time, recovery hold-off, last appended batch,
+        outcome). A caller reads an unconfirmed start's fate here by its task id.
 
         Written by the caller's start and the scripts that claim, append and settle. Every
         settling path (``settle()`` in the Lua prelude: a worker's settle, a caller's cancel
@@ -143,8 +144,8 @@ class Keys:
 
     def starting(self) -> str:
         """Sorted set: tasks started but not yet claimed (member: task id, score: start
-        time in ms). The sweeper republishes one whose message vanished with a worker
-        killed between taking it from the broker and claiming it.
+        time in ms). The sweeper republishes one whose message provably reached the broker
+        and vanished unclaimed (a worker killed between taking it and claiming it).
 
         Shared by the deployment, no TTL. A member is added by the start and removed by
         the claim, every settling path and the rollback; the sweeper also drops members
@@ -168,6 +169,14 @@ class Keys:
             self.maintenance_queue(),
             self.maintenance_consumers(),
         )
+
+    @staticmethod
+    def broker_unacked() -> str:
+        """Hash owned by kombu's Redis transport: every message a worker has taken from a
+        queue and not yet acknowledged (field: delivery tag, value: the JSON message),
+        kept until the ack or the visibility timeout. Read only, by the sweeper, as proof
+        that a start's message reached the broker."""
+        return "unacked"
 
     # -- control ------------------------------------------------------------------------
     def cancel_channel(self) -> str:

@@ -29,6 +29,7 @@ def load(name: str) -> str:
 
 START_TASK = load("start_task")
 ROLLBACK_START = load("rollback_start")
+CONFIRM_START = load("confirm_start")
 BLOCK_UNCONFIRMED = load("block_unconfirmed")
 CLAIM = load("claim")
 APPEND = load("append")

@@ -134,6 +134,7 @@ class RecordStore:
         self._start: AsyncScript = redis.register_script(scripts.START_TASK)
         self._rollback: AsyncScript = redis.register_script(scripts.ROLLBACK_START)
         self._block: AsyncScript = redis.register_script(scripts.BLOCK_UNCONFIRMED)
+        self._confirm: AsyncScript = redis.register_script(scripts.CONFIRM_START)
         self._claim: AsyncScript = redis.register_script(scripts.CLAIM)
         self._append: AsyncScript = redis.register_script(scripts.APPEND)
         self._settle: AsyncScript = redis.register_script(scripts.SETTLE)
@@ -157,18 +158,35 @@ class RecordStore:
         raw = await self.redis.hgetall(self.keys.session(session_id))
         return {_text(key): _text(value) for key, value in raw.items()}
 
-    async def release_session(self, session_id: str, *, force: bool = False) -> ReleaseResult:
+    async def release_session(
+        self, session_id: str, *, force: bool = False, unconfirmed_task: str = ""
+    ) -> ReleaseResult:
         """Close a non-persistent session and forget it (delete its record, lease, fence
         and handle keys) in one step when none of its tasks is unsettled; ``force``
-        forgets it whatever still runs (see ``scripts.RELEASE_SESSION``)."""
+        forgets it whatever still runs. An unconfirmed start of it that no worker claimed
+        yet is settled Cancelled on closing: it can never run (see
+        ``scripts.RELEASE_SESSION``)."""
+        keys = [
+            self.keys.session(session_id),
+            self.keys.lease(session_id),
+            self.keys.fence(session_id),
+            self.keys.handles(session_id),
+        ]
+        if unconfirmed_task:
+            keys += [
+                self.keys.task(unconfirmed_task),
+                self.keys.events(unconfirmed_task),
+                self.keys.running(),
+                self.keys.starting(),
+            ]
         reply = await self._release_session(
-            keys=[
-                self.keys.session(session_id),
-                self.keys.lease(session_id),
-                self.keys.fence(session_id),
-                self.keys.handles(session_id),
+            keys=keys,
+            args=[
+                self.keys.task_prefix(),
+                "forget" if force else "close",
+                unconfirmed_task,
+                self.retention_seconds,
             ],
-            args=[self.keys.task_prefix(), "forget" if force else "close"],
         )
         return ReleaseResult(_text(reply[0]))
 
@@ -223,6 +241,16 @@ class RecordStore:
     async def rollback_start(self, session_id: str, task_id: str) -> bool:
         keys = [self.keys.session(session_id), self.keys.task(task_id), self.keys.starting()]
         return bool(await self._rollback(keys=keys, args=[task_id]))
+
+    @property
+    def confirm_start_sha(self) -> str:
+        """SHA1 of the confirm script: a caller pipelines ``EVALSHA sha 1 <task key>``
+        with its first stream read, so confirming costs no round trip of its own."""
+        return str(self._confirm.sha)
+
+    async def confirm_start(self, task_id: str) -> None:
+        """The publish of the task's run message returned OK (see ``confirm_start.lua``)."""
+        await self._confirm(keys=[self.keys.task(task_id)])
 
     async def block_unconfirmed(self, session_id: str, reference: str) -> None:
         await self._block(keys=[self.keys.session(session_id)], args=[reference])
@@ -288,7 +316,11 @@ class RecordStore:
         """Started tasks whose message vanished unclaimed: ``(task id, session id)``
         pairs to publish again (see ``scripts.RECOVER_STARTING``)."""
         reply = await self._recover_starting(
-            keys=[self.keys.starting(), *self.keys.broker_queue_lists(queue)],
+            keys=[
+                self.keys.starting(),
+                self.keys.broker_unacked(),
+                *self.keys.broker_queue_lists(queue),
+            ],
             args=[self.keys.task_prefix(), unclaimed_ms, holdoff_ms, max_search],
         )
         items = [_text(item) for item in reply]

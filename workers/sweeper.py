@@ -13,6 +13,11 @@ the claim admits one run per session.
 Each sweep also keeps the starting set to unsettled starts of live sessions, whichever
 Redis the broker is: entries of settled or vanished tasks are dropped, and a start of a
 released session is settled ``Cancelled`` (no claim can ever run it).
+
+A task still ``starting`` long after its start is published again only when its message
+provably reached the broker (its publish was confirmed, or the message is in a queue list
+or kombu's unacked hash): a start the caller was told is unconfirmed, whose message is
+nowhere, may never have been sent and is never run by a sweep.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ class StartBoundary:
     submissions: int = 0
     accepted: int = 0
     submitted: list[UnconfirmedStart] = field(default_factory=list)
+    accepted_ids: list[str] = field(default_factory=list)
 
     # -- StartControl -----------------------------------------------------------------
     def accept(self) -> None:
@@ -61,6 +62,10 @@ class StartBoundary:
 
     def observed_accepted_starts(self) -> int:
         return self.accepted
+
+    def never_accepted(self) -> list[str]:
+        """Task ids of submissions the broker never received (refused or lost in flight)."""
+        return [s.request_id for s in self.submitted if s.request_id not in self.accepted_ids]
 
     def publisher(self, settings: Settings) -> ControlledPublisher:
         return ControlledPublisher(self, settings)
@@ -88,6 +93,7 @@ class ControlledPublisher:
             raise PublishError(classify(error), error)
         await self._real.publish(task_id, session_id)
         boundary.accepted += 1
+        boundary.accepted_ids.append(task_id)
         if mode is _Mode.LOSE_AFTER_ACCEPTANCE:
             error = ConnectionResetError("connection reset before the acknowledgement arrived")
             assert classify(error) is PublishFate.UNKNOWN

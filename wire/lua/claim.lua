@@ -8,9 +8,11 @@
 -- or is settled by the deployment's policy, its cancel request or the delivery bound.
 -- Returns {'claimed', lease value, previous state, deliveries, task fields, session fields}
 --         | {'missing'} | {'terminal'} | {'busy'} (another live run holds the session)
---         | {'lost'} | {'exhausted'} (settled here)
---         | {'released'} (its session was released and forgotten: settled here, never run;
---           no fence is issued for a session whose record is gone)
+--         | {'lost'} | {'exhausted'} | {'released'} (settled here)
+-- A task of a released session (closed and not persistent, or its record gone: then no
+-- fence is issued for it ever again) never runs: one never claimed is settled Cancelled
+-- with measured-zero usage (no model was called), a lost run by the lost-run outcome. A
+-- run of it still holding the lease is left to end on its own (busy).
 --! include prelude
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'missing'} end
@@ -18,7 +20,10 @@ if redis.call('HGET', KEYS[1], 'session') ~= ARGV[3] then return {'missing'} end
 redis.call('ZREM', KEYS[7], ARGV[4])
 if TERMINAL[state] then return {'terminal'} end
 local retention = tonumber(ARGV[9])
-if redis.call('EXISTS', KEYS[5]) == 0 then
+local flags = redis.call('HMGET', KEYS[5], 'closed', 'persistent')
+local released = redis.call('EXISTS', KEYS[5]) == 0 or (flags[1] == '1' and flags[2] ~= '1')
+local held = redis.call('EXISTS', KEYS[2]) == 1
+if released and (state == 'starting' or not held) then
   if state == 'starting' then
     local outcome = {type='cancelled', task_id=ARGV[4], output=cjson.null, usage=usage_zero()}
     settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], KEYS[7], ARGV[4], 'cancelled',
@@ -29,7 +34,7 @@ if redis.call('EXISTS', KEYS[5]) == 0 then
   end
   return {'released'}
 end
-if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy'} end
+if held then return {'busy'} end
 if state == 'running' then
   -- A lost run of a task whose cancellation was requested is not resumed: nobody saw
   -- whether it stopped.

@@ -1,23 +1,31 @@
 -- KEYS[1] session hash, KEYS[2] session lease, KEYS[3] session fence counter,
--- KEYS[4] session handles
--- ARGV[1] task key prefix, ARGV[2] 'close' | 'forget'
--- Releases a non-persistent session. 'close' marks it closed (no task may start any more)
--- and, when none of its tasks is unsettled, forgets it in the same step. 'forget' (after
--- the caller stopped its task) forgets it whatever still runs. Forgetting deletes the
--- record, lease, fence and handle keys: a run still going has lost its lease, so its
--- fenced writes are refused, and a later claim finds no record, so the task is settled
--- without running and no fence of the session is ever issued again (fences never repeat).
+-- KEYS[4] session handles; with an unconfirmed start of this handle: KEYS[5] its task hash,
+-- KEYS[6] its events, KEYS[7] running set, KEYS[8] starting set
+-- ARGV[1] task key prefix, ARGV[2] 'close' | 'forget', ARGV[3] the unconfirmed start's task
+-- id ('' if none), ARGV[4] retention seconds of a settled task's record and stream
+-- Releases a non-persistent session. 'close' marks it closed (no task may start any more);
+-- an unconfirmed start no worker has claimed yet can then never run, so it is settled
+-- Cancelled with measured-zero usage here (its record tells the caller what became of it;
+-- a claim that came first runs it to its end). When none of its tasks is unsettled, the
+-- session is forgotten in the same step. 'forget' (after the caller stopped its task)
+-- forgets it whatever still runs. Forgetting deletes the record, lease, fence and handle
+-- keys: a run still going has lost its lease, so its fenced writes are refused, and a later
+-- claim finds no record, so the task is settled without running and no fence of the
+-- session is ever issued again (fences never repeat).
 -- Returns {'forgotten'} | {'closed', active task id} | {'unknown'}
 --! include prelude
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'unknown'} end
 if ARGV[2] == 'close' then
+  redis.call('HSET', KEYS[1], 'closed', '1')
+  if #KEYS >= 8 and ARGV[3] ~= '' and redis.call('HGET', KEYS[5], 'state') == 'starting' then
+    local outcome = {type='cancelled', task_id=ARGV[3], output=cjson.null, usage=usage_zero()}
+    settle(KEYS[5], KEYS[1], KEYS[6], KEYS[2], KEYS[7], KEYS[8], ARGV[3], 'cancelled', outcome,
+           '', false, tonumber(ARGV[4]))
+  end
   local active = redis.call('HGET', KEYS[1], 'active') or ''
   if active ~= '' then
     local state = redis.call('HGET', ARGV[1] .. active, 'state')
-    if state and not TERMINAL[state] then
-      redis.call('HSET', KEYS[1], 'closed', '1')
-      return {'closed', active}
-    end
+    if state and not TERMINAL[state] then return {'closed', active} end
   end
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])

@@ -13,8 +13,9 @@ if active and active ~= '' then
   if state and not TERMINAL[state] then return {'busy', active} end
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then return {'outlived', active or ''} end
+-- 'published' turns 1 once the caller saw the publish return (see confirm_start.lua).
 redis.call('HSET', KEYS[2], 'session', ARGV[4], 'state', 'starting', 'input', ARGV[2],
-           'deliveries', 0)
+           'deliveries', 0, 'published', 0)
 redis.call('HSET', KEYS[1], 'active', ARGV[1])
 redis.call('ZADD', KEYS[4], now_ms(), ARGV[1])
 return {'ok'}
