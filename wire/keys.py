@@ -92,6 +92,14 @@ class Keys:
         one per priority step (0, 3, 6, 9): ``<queue>`` and ``<queue>\x06\x16<step>``."""
         return (queue, *(f"{queue}\x06\x16{step}" for step in (3, 6, 9)))
 
+    # -- statistics -----------------------------------------------------------------------
+    def malformed_messages(self) -> str:
+        """Counter (INCR), owned by the workers, no TTL (kept for the deployment's life;
+        an operator may delete it): messages taken from the deployment's queue and
+        dropped because they were not a well-formed run message of this deployment
+        (malformed body or headers, unknown task name, undecodable body)."""
+        return f"{self.namespace}:stats:malformed"
+
     # -- control ------------------------------------------------------------------------
     def cancel_channel(self) -> str:
         """Pub/sub channel: task ids whose cancellation was just requested (the durable

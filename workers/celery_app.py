@@ -21,12 +21,17 @@ from wire.profiles import AgentProfile
 from wire.settings import Settings
 
 from .errors import RuntimeStoppedError
+from .intake import GuardedConsumer, MessageIntake
 from .runtime import WorkerRuntime
 
 
 def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None = None) -> Celery:
     app = Celery("ahp_workers", set_as_current=False)
     app.conf.update(celery_config(settings))
+    # Only well-formed run messages of this deployment reach Celery; the rest are
+    # dropped and counted (see workers.intake).
+    app.conf.worker_consumer = GuardedConsumer
+    app.ahp_intake = MessageIntake(settings)
 
     def republish(task_id: str, session_id: str) -> None:
         # Publish retry stays off: the sweeper's hold-off decides when to try again.
