@@ -12,6 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+MODULES_PROBE_KEY = "ahp:modules-probe"
+"""Never written, only read (``JSON.TYPE``) by the probe of ``wire.modules``; outside any
+namespace because the probe is about the server, not a deployment."""
+
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 

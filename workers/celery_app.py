@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import Celery
 from celery.exceptions import Reject
-from celery.signals import worker_process_init, worker_process_shutdown, worker_ready
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown, worker_ready
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -22,6 +22,7 @@ from wire.settings import Settings
 
 from .errors import RuntimeStoppedError
 from .intake import GuardedConsumer, MessageIntake
+from .preflight import refuse_without_modules
 from .runtime import WorkerRuntime
 
 
@@ -66,6 +67,10 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
             # live lease (dropped; the sweeper resumes it if that run is gone) or settled.
             raise Reject(f"Redis unreachable: {error}", requeue=True) from error
 
+    def check_server(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            refuse_without_modules(settings)
+
     def start_in_child(**_: Any) -> None:
         runtime.start()
 
@@ -79,6 +84,7 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
     def stop_child(**_: Any) -> None:
         runtime.stop()
 
+    worker_init.connect(check_server, weak=False)
     worker_process_init.connect(start_in_child, weak=False)
     worker_process_shutdown.connect(stop_child, weak=False)
     worker_ready.connect(start_if_not_forking, weak=False)

@@ -5,7 +5,8 @@ WorkerError (RuntimeError)
 ├── ModelCallCancelledError the cancellation delivered to a model call ended it
 ├── RuntimeStoppedError    the process's loop stopped while a run was in progress
 ├── ProfileMismatchError   the caller's profile declaration differs from this worker's
-└── ModelBuildError        the profile's chat model could not be built
+├── ModelBuildError        the profile's chat model could not be built
+└── RedisModulesMissingError the checkpoint Redis lacks the Query Engine or JSON
 """
 
 
@@ -31,3 +32,7 @@ class ProfileMismatchError(WorkerError):
 
 class ModelBuildError(WorkerError):
     """The chat model named by a profile could not be imported or constructed."""
+
+
+class RedisModulesMissingError(WorkerError):
+    """The checkpoint Redis lacks the Query Engine or JSON: the worker cannot serve."""

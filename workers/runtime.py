@@ -24,13 +24,14 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from wire.codec import dumps, loads
 from wire.keys import Keys
+from wire.modules import missing_modules
 from wire.profiles import AgentProfile, load_profiles
 from wire.redis_options import pool_options
 from wire.settings import Settings
 from wire.store import RecordStore
 
 from .checkpoints import FencedRedisSaver, LeaseRegistry
-from .errors import RuntimeStoppedError
+from .errors import RedisModulesMissingError, RuntimeStoppedError
 from .graph import ModelCalls, ModelGraph
 from .import_cache import fail_fast_if_missing
 from .models import build_model
@@ -118,6 +119,11 @@ class _LoopState:
             self.sweeper = LeaseSweeper(settings, self.store, republish_off_loop)
 
     async def open(self) -> None:
+        missing = await missing_modules(
+            self.checkpoint_redis, self.settings.effective_checkpoint_url
+        )
+        if missing is not None:
+            raise RedisModulesMissingError(missing)
         await self.saver.asetup()
         if self.sweeper is not None:
             self.background.append(asyncio.create_task(self.sweeper.serve()))
