@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from celery import Celery
 from celery.exceptions import Reject
@@ -21,7 +22,7 @@ from wire.profiles import AgentProfile
 from wire.settings import Settings
 
 from .errors import RuntimeStoppedError
-from .intake import GuardedConsumer, MessageIntake
+from .intake import GuardedConsumer, MessageIntake, guarded_transport
 from .preflight import refuse_without_modules
 from .runtime import WorkerRuntime
 
@@ -31,8 +32,13 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
     app.conf.update(celery_config(settings))
     # Only well-formed run messages of this deployment reach Celery; the rest are
     # dropped and counted (see workers.intake).
+    intake = MessageIntake(settings)
     app.conf.worker_consumer = GuardedConsumer
-    app.ahp_intake = MessageIntake(settings)
+    app.ahp_intake = intake
+    if urlsplit(settings.effective_broker_url).scheme == "redis":
+        # Queue items that are not even kombu messages are dropped too. (Other
+        # schemes, rediss:// and sentinel:// among them, keep kombu's own transport.)
+        app.conf.broker_transport = guarded_transport(intake)
 
     def republish(task_id: str, session_id: str) -> None:
         # Publish retry stays off: the sweeper's hold-off decides when to try again.

@@ -11,6 +11,11 @@ arguments, is rejected without requeue (dropped), logged with a short descriptio
 (never the body) and counted in ``Keys.malformed_messages``. Unknown task names
 (Celery's own built-in tasks included) and undecodable bodies are dropped the same way.
 
+One layer below, an item on the queue list that is not even a kombu message (not JSON,
+no ``properties``...) made kombu's Redis transport raise before Celery saw anything,
+and the worker exited. :class:`GuardedRedisTransport` (the worker's transport for
+``redis://`` brokers) drops and counts such items too.
+
 It also keeps the worker up while the broker refuses writes: at ``maxmemory`` with
 ``noeviction`` kombu's bookkeeping of a delivery fails with ``OutOfMemoryError``, a
 ``ResponseError``. With ``broker_channel_error_retry`` (see ``wire.celery_config``) the
@@ -23,10 +28,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from queue import Empty
 from typing import Any
 
 import redis
 from celery.worker.consumer import Consumer
+from kombu.transport import redis as kombu_redis
+from kombu.transport.virtual import Message as VirtualMessage
 from redis.exceptions import OutOfMemoryError
 
 from wire.celery_config import RUN_TASK
@@ -162,9 +170,10 @@ class MessageIntake:
         )
         if not message.acknowledged:
             message.reject_log_error(log, errors, requeue=False)
-        self._count()
+        self.count()
 
-    def _count(self) -> None:
+    def count(self) -> None:
+        """Count one dropped message (best effort: a Redis error is only logged)."""
         try:
             with self._lock:
                 if self._client is None:
@@ -178,6 +187,75 @@ class MessageIntake:
             client.incr(self._key)
         except redis.RedisError as error:
             log.warning("could not count a dropped message: %s", error)
+
+
+class _NotAMessageError(ValueError):
+    """An item on a queue list that is not a kombu message envelope."""
+
+
+def _envelope_problem(payload: object) -> str | None:
+    if not isinstance(payload, dict):
+        return f"the item is {_kind(payload)}, expected a message object"
+    properties = payload.get("properties")
+    if not isinstance(properties, dict):
+        return f"its properties are {_kind(properties)}, expected an object"
+    if not isinstance(properties.get("delivery_tag"), str):
+        return f"its delivery tag is {_kind(properties.get('delivery_tag'))}"
+    delivery = properties.get("delivery_info")
+    if not isinstance(delivery, dict):
+        return f"its delivery info is {_kind(delivery)}, expected an object"
+    for name in ("exchange", "routing_key"):
+        if not isinstance(delivery.get(name), str):
+            return f"its delivery info's {name} is {_kind(delivery.get(name))}"
+    if not isinstance(payload.get("body"), str | None):
+        return f"its body is {_kind(payload.get('body'))}, expected a string"
+    if not isinstance(payload.get("headers"), dict | None):
+        return f"its headers are {_kind(payload.get('headers'))}, expected an object"
+    return None
+
+
+class _GuardedMessage(VirtualMessage):
+    def __init__(self, payload: Any, channel: Any = None, **kwargs: Any) -> None:
+        problem = _envelope_problem(payload)
+        if problem is not None:
+            raise _NotAMessageError(problem)
+        super().__init__(payload, channel=channel, **kwargs)  # type: ignore[no-untyped-call]
+
+
+class _GuardedChannel(kombu_redis.Channel):
+    Message = _GuardedMessage
+
+    def _brpop_read(self, **options: Any) -> Any:
+        """An item the transport cannot turn into a message is dropped (``BRPOP`` has
+        already removed it from the list, and nothing has recorded it as unacknowledged
+        yet), logged and counted; the consumer carries on."""
+        transport = self.connection
+        try:
+            return super()._brpop_read(**options)  # type: ignore[no-untyped-call]
+        except (Empty, *transport.connection_errors, *transport.channel_errors):
+            raise
+        except Exception as error:
+            intake: MessageIntake | None = getattr(transport, "intake", None)
+            problem = str(error) if isinstance(error, _NotAMessageError) else None
+            problem = problem or f"{type(error).__name__} while reading it"
+            log.warning("dropped an item of the broker queue that is not a message: %s", problem)
+            if intake is not None:
+                intake.count()
+            return True
+
+
+class GuardedRedisTransport(kombu_redis.Transport):
+    """kombu's Redis transport, dropping queue items that are not messages.
+
+    ``intake`` (set on a subclass per app, see ``create_app``) counts them."""
+
+    Channel = _GuardedChannel
+    intake: MessageIntake | None = None
+
+
+def guarded_transport(intake: MessageIntake) -> type[GuardedRedisTransport]:
+    """The transport class a worker of ``intake``'s deployment uses for ``redis://``."""
+    return type("GuardedRedisTransport", (GuardedRedisTransport,), {"intake": intake})
 
 
 _BACKOFF_FIRST = 0.5
@@ -252,4 +330,10 @@ class GuardedConsumer(Consumer):  # type: ignore[misc]
         time.sleep(delay)
 
 
-__all__: Sequence[str] = ["GuardedConsumer", "MessageIntake", "message_problem"]
+__all__: Sequence[str] = [
+    "GuardedConsumer",
+    "GuardedRedisTransport",
+    "MessageIntake",
+    "guarded_transport",
+    "message_problem",
+]
