@@ -19,7 +19,10 @@ and the worker exited. :class:`GuardedRedisTransport` (the worker's transport fo
 It also keeps the worker up while the broker refuses writes: at ``maxmemory`` with
 ``noeviction`` kombu's bookkeeping of a delivery fails with ``OutOfMemoryError``, a
 ``ResponseError``. With ``broker_channel_error_retry`` (see ``wire.celery_config``) the
-consumer restarts instead of exiting; this class spaces those restarts out.
+consumer restarts instead of exiting; :class:`GuardedConsumer` spaces those restarts
+out (0.5 s, doubling up to 5 s). The message whose bookkeeping was refused is gone
+from the queue; the sweeper publishes its task again once it has not been claimed
+for a lease time (``Keys.starting``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import redis
 from celery.worker.consumer import Consumer
 from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Message as VirtualMessage
-from redis.exceptions import OutOfMemoryError
+from redis.exceptions import OutOfMemoryError, ResponseError
 
 from wire.celery_config import RUN_TASK
 from wire.keys import Keys, is_valid_id
@@ -244,7 +247,14 @@ class _GuardedChannel(kombu_redis.Channel):
             return True
 
 
-class GuardedRedisTransport(kombu_redis.Transport):
+class _ShownAsRedis(type):
+    """Celery logs the broker as ``<transport>://host``: say ``redis``, not the class."""
+
+    def __str__(cls) -> str:
+        return "redis"
+
+
+class GuardedRedisTransport(kombu_redis.Transport, metaclass=_ShownAsRedis):
     """kombu's Redis transport, dropping queue items that are not messages.
 
     ``intake`` (set on a subclass per app, see ``create_app``) counts them."""
@@ -316,17 +326,20 @@ class GuardedConsumer(Consumer):  # type: ignore[misc]
         self._wait_if_refused(exc)
 
     def _wait_if_refused(self, exc: BaseException) -> None:
-        """At ``maxmemory`` the consumer would restart at once, over and over: wait."""
-        if not isinstance(exc, OutOfMemoryError):
+        """A broker refusing a command (``OutOfMemoryError`` at ``maxmemory``, a
+        ``WRONGTYPE`` queue key...) would make the consumer restart at once, over and
+        over (five times a second): wait, longer each time, up to 5 s."""
+        if not isinstance(exc, ResponseError):
             return
         if self._refusals is None:
             self._refusals = _Backoff()
         delay = self._refusals.next()
-        log.warning(
-            "the broker refuses writes (maxmemory reached): %s; consuming again in %.1f s",
-            exc,
-            delay,
+        what = (
+            "refuses writes (maxmemory reached)"
+            if isinstance(exc, OutOfMemoryError)
+            else ("refused a command")
         )
+        log.warning("the broker %s: %s; consuming again in %.1f s", what, exc, delay)
         time.sleep(delay)
 
 
