@@ -13,8 +13,10 @@ descends from one root::
     │                               names no persistent context of this namespace
     ├── PersistentConfigurationError    (also IncompatibleRequirementError) reopening
     │                               would change the context's profile or configuration
-    └── StoredHistoryUnavailableError   (also HarnessTransportError) the context's
-                                    checkpoint history is missing from storage
+    ├── StoredHistoryUnavailableError   (also HarnessTransportError) the context's
+    │                               checkpoint history is missing from storage
+    └── RedisModulesMissingError    (also HarnessTransportError) the deployment's Redis
+                                    lacks the Query Engine or JSON checkpoints need
 """
 
 from __future__ import annotations
@@ -88,3 +90,8 @@ class PersistentConfigurationError(CeleryHarnessError, IncompatibleRequirementEr
 class StoredHistoryUnavailableError(CeleryHarnessError, HarnessTransportError):
     """The context has completed turns but its checkpoint history is not in storage
     (restore the checkpoint keys, then reopen again)."""
+
+
+class RedisModulesMissingError(CeleryHarnessError, HarnessTransportError):
+    """The deployment's Redis lacks the Query Engine or JSON that checkpoints need
+    (a plain Redis 7, a managed Redis without modules): nothing can run there."""

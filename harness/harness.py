@@ -128,11 +128,14 @@ class CeleryHarness(AgentHarness, PersistentSessions):
             IncompatibleRequirementError: the spec cannot be served.
             HarnessTransportError: Redis could not be reached or refused the write
                 (``maxmemory``); no session was created.
+            RedisModulesMissingError: the deployment's Redis lacks the Query Engine or
+                JSON that checkpoints need (also a ``HarnessTransportError``).
         """
         if self._closed:
             raise RuntimeError("harness is closed")
         self.validate(spec).require_compatible()
         runtime = self._open()
+        await runtime.require_checkpoint_modules()
         session_id = SessionId(uuid4().hex)
         persistent = spec.requirements.persistence is not None
         handle_id = uuid4().hex if persistent else None
@@ -188,6 +191,8 @@ class CeleryHarness(AgentHarness, PersistentSessions):
             UnknownPersistentSessionError: no such persistent context (nothing created).
             PersistentConfigurationError: another open handle uses a different
                 configuration, or the context belongs to another agent profile.
+            RedisModulesMissingError: the deployment's Redis lacks the Query Engine or
+                JSON that checkpoints need (also a ``HarnessTransportError``).
             SessionBlockedError: a start of the context is unconfirmed, or a graph run
                 outlived its settled task.
             SessionBusyError: a task of the context has not settled yet.
@@ -214,6 +219,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
             )
         self.validate(spec).require_compatible()
         runtime = self._open()
+        await runtime.require_checkpoint_modules()
         session_id = SessionId(reference.id)
         handle_id = uuid4().hex
         with reported("the session was not reopened"):

@@ -10,15 +10,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
+from agent_harness_protocol import HarnessTransportError
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from wire.codec import dumps, loads
 from wire.keys import Keys
+from wire.modules import missing_modules
 from wire.profiles import AgentProfile
 from wire.redis_options import pool_options
 from wire.settings import Settings
 from wire.store import RecordStore
 
+from .errors import RedisModulesMissingError
 from .transport import Publisher, TaskPublisher
 
 log = logging.getLogger(__name__)
@@ -49,6 +54,8 @@ class CallerRuntime:
     handles: dict[str, set[str]] = field(default_factory=dict)
     """Open handles of persistent sessions, by session id; refreshed by the heartbeat."""
     _heartbeat: asyncio.Task[None] | None = None
+    _checkpoint_redis: Redis | None = None
+    """A client of the checkpoint Redis, only when it is not the records' Redis."""
 
     @classmethod
     def open(
@@ -74,6 +81,27 @@ class CallerRuntime:
             store=RecordStore(redis, keys, settings.task_retention),
             publisher=(publisher_factory or TaskPublisher)(settings),
         )
+
+    async def require_checkpoint_modules(self) -> None:
+        """Refuse to open sessions on a Redis without the Query Engine and JSON (no worker
+        could ever run them). One round trip the first time, none after it passed.
+
+        Raises:
+            RedisModulesMissingError: the checkpoint Redis lacks them.
+            HarnessTransportError: the checkpoint Redis could not be reached.
+        """
+        url = self.settings.effective_checkpoint_url
+        client = self.redis
+        if url != self.settings.redis_url:
+            if self._checkpoint_redis is None:
+                self._checkpoint_redis = Redis.from_url(url, **pool_options())
+            client = self._checkpoint_redis
+        try:
+            missing = await missing_modules(client, url)
+        except (RedisConnectionError, RedisTimeoutError) as error:
+            raise HarnessTransportError(f"could not reach the checkpoint Redis: {error}") from error
+        if missing is not None:
+            raise RedisModulesMissingError(missing)
 
     @property
     def handle_ttl_ms(self) -> int:
@@ -140,6 +168,7 @@ class CallerRuntime:
             task.cancel()
         if self.background:
             await asyncio.wait(tuple(self.background), timeout=1)
-        await self.redis.aclose()
-        await self.redis.connection_pool.disconnect()
+        for client in filter(None, (self.redis, self._checkpoint_redis)):
+            await client.aclose()
+            await client.connection_pool.disconnect()
         await asyncio.to_thread(self.publisher.close)

@@ -184,6 +184,7 @@ async def test_worker_drops_messages_for_unknown_or_hostile_task_ids(
     async with CeleryHarness(settings, profile="confirmed") as harness:
         runtime = harness._open()
         before = _namespace_keys(sync_redis, settings)
+        malformed_before = int(sync_redis.get(Keys(settings.namespace).malformed_messages()) or 0)
         for task_id in ("0123456789abcdef0123456789abcdef", "../../evil key"):
             await runtime.publisher.publish(task_id)
         # The worker consumes both and writes nothing; a real task still runs after them.
@@ -191,7 +192,13 @@ async def test_worker_drops_messages_for_unknown_or_hostile_task_ids(
         task = await session.start_task(TaskRequest(TextInput("after bad messages")))
         assert isinstance(await asyncio.wait_for(task.await_outcome(), 30), Completed)
         created = _namespace_keys(sync_redis, settings) - before
-        assert all(session.id.value in key or task.id.value in key for key in created), created
+        # The hostile id never reached the task code: the worker's intake dropped and
+        # counted it (the only key it writes). The unknown id found no task to claim.
+        stats = Keys(settings.namespace).malformed_messages()
+        assert all(
+            session.id.value in key or task.id.value in key or key == stats for key in created
+        ), created
+        assert int(sync_redis.get(stats) or 0) - malformed_before == 1
         assert len(boundary.calls()) == 1
 
 

@@ -14,13 +14,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, cast
+from typing import Annotated
 from urllib.parse import urlsplit, urlunsplit
 from uuid import uuid4
 
@@ -48,6 +48,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from harness import CeleryHarness
+from wire.modules import missing_modules_sync
 from wire.settings import Settings
 
 from .embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
@@ -191,19 +192,13 @@ def show_settings() -> None:
 def _check_redis(url: str) -> None:
     client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=5)
     try:
-        client.ping()
-        command = cast("Callable[..., object]", client.execute_command)  # untyped in redis-py
-        command("FT._LIST")  # the Query Engine and JSON that checkpoints need
-        command("JSON.TYPE", "ahp-demo:probe")
-    except redis.ResponseError as error:
-        raise _fail(
-            f"Redis at {redact(url)} lacks the Query Engine or JSON ({error}); "
-            "use Redis 8 or Redis Stack"
-        ) from None
+        missing = missing_modules_sync(client, url)  # the Query Engine and JSON
     except redis.RedisError as error:
         raise _fail(f"cannot reach Redis at {redact(url)}: {error}", 2) from None
     finally:
         client.close()
+    if missing is not None:
+        raise _fail(missing)
 
 
 def _usage(usage: AgentUsage | None) -> str:

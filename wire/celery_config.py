@@ -49,6 +49,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_connection_retry_on_startup": True,
         "broker_connection_retry": True,
         "broker_connection_max_retries": None,
+        # A Redis error reply to kombu's own commands (an ``OutOfMemoryError`` at
+        # ``maxmemory`` with ``noeviction``, refusing the bookkeeping of a delivery) is a
+        # channel error: the consumer restarts (with the worker's backoff, see
+        # ``workers.intake``) instead of the worker exiting.
+        "broker_channel_error_retry": True,
         "worker_cancel_long_running_tasks_on_connection_loss": False,
         "task_publish_retry": False,
         "worker_hijack_root_logger": False,

@@ -35,6 +35,9 @@ import re
 from dataclasses import dataclass
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+MODULES_PROBE_KEY = "ahp:modules-probe"
+"""Never written, only read (``JSON.TYPE``) by the probe of ``wire.modules``; outside any
+namespace because the probe is about the server, not a deployment."""
 
 
 def is_valid_id(value: str) -> bool:
@@ -177,6 +180,14 @@ class Keys:
         kept until the ack or the visibility timeout. Read only, by the sweeper, as proof
         that a start's message reached the broker."""
         return "unacked"
+
+    # -- statistics -----------------------------------------------------------------------
+    def malformed_messages(self) -> str:
+        """Counter (INCR), owned by the workers, no TTL (kept for the deployment's life;
+        an operator may delete it): messages taken from the deployment's queue and
+        dropped because they were not a well-formed run message of this deployment
+        (malformed body or headers, unknown task name, undecodable body)."""
+        return f"{self.namespace}:stats:malformed"
 
     # -- control ------------------------------------------------------------------------
     def cancel_channel(self) -> str:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from celery import Celery
 from celery.exceptions import Reject
-from celery.signals import worker_process_init, worker_process_shutdown, worker_ready
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown, worker_ready
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -21,12 +22,23 @@ from wire.profiles import AgentProfile
 from wire.settings import Settings
 
 from .errors import RuntimeStoppedError
+from .intake import GuardedConsumer, MessageIntake, guarded_transport
+from .preflight import refuse_without_modules
 from .runtime import WorkerRuntime
 
 
 def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None = None) -> Celery:
     app = Celery("ahp_workers", set_as_current=False)
     app.conf.update(celery_config(settings))
+    # Only well-formed run messages of this deployment reach Celery; the rest are
+    # dropped and counted (see workers.intake).
+    intake = MessageIntake(settings)
+    app.conf.worker_consumer = GuardedConsumer
+    app.ahp_intake = intake
+    if urlsplit(settings.effective_broker_url).scheme == "redis":
+        # Queue items that are not even kombu messages are dropped too. (Other
+        # schemes, rediss:// and sentinel:// among them, keep kombu's own transport.)
+        app.conf.broker_transport = guarded_transport(intake)
 
     def republish(task_id: str, session_id: str) -> None:
         # Publish retry stays off: the sweeper's hold-off decides when to try again.
@@ -61,6 +73,10 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
             # live lease (dropped; the sweeper resumes it if that run is gone) or settled.
             raise Reject(f"Redis unreachable: {error}", requeue=True) from error
 
+    def check_server(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            refuse_without_modules(settings)
+
     def start_in_child(**_: Any) -> None:
         runtime.start()
 
@@ -74,6 +90,7 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
     def stop_child(**_: Any) -> None:
         runtime.stop()
 
+    worker_init.connect(check_server, weak=False)
     worker_process_init.connect(start_in_child, weak=False)
     worker_process_shutdown.connect(stop_child, weak=False)
     worker_ready.connect(start_if_not_forking, weak=False)

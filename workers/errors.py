@@ -6,7 +6,8 @@ WorkerError (RuntimeError)
 ├── RuntimeStoppedError    the process's loop stopped while a run was in progress
 ├── FencingUnavailableError checkpoints and leases are configured in different Redis servers
 ├── ProfileMismatchError   the caller's profile declaration differs from this worker's
-└── ModelBuildError        the profile's chat model could not be built
+├── ModelBuildError        the profile's chat model could not be built
+└── RedisModulesMissingError the checkpoint Redis lacks the Query Engine or JSON
 """
 
 
@@ -37,3 +38,7 @@ class ProfileMismatchError(WorkerError):
 
 class ModelBuildError(WorkerError):
     """The chat model named by a profile could not be imported or constructed."""
+
+
+class RedisModulesMissingError(WorkerError):
+    """The checkpoint Redis lacks the Query Engine or JSON: the worker cannot serve."""

@@ -22,6 +22,7 @@ from uuid import uuid4
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from wire.keys import Keys
+from wire.modules import missing_modules
 from wire.profiles import AgentProfile, load_profiles
 from wire.redis_options import pool_options
 from wire.settings import Settings
@@ -29,7 +30,7 @@ from wire.store import RecordStore
 
 from .checkpoints import FencedRedisSaver
 from .control import CancelListener, MaintenanceConsumer
-from .errors import FencingUnavailableError, RuntimeStoppedError
+from .errors import FencingUnavailableError, RedisModulesMissingError, RuntimeStoppedError
 from .graph import ModelCalls, ModelGraph
 from .import_cache import fail_fast_if_missing
 from .models import build_model
@@ -134,6 +135,11 @@ class _LoopState:
             self.sweeper = LeaseSweeper(settings, self.store, republish_off_loop)
 
     async def open(self) -> None:
+        missing = await missing_modules(
+            self.checkpoint_redis, self.settings.effective_checkpoint_url
+        )
+        if missing is not None:
+            raise RedisModulesMissingError(missing)
         await self.saver.asetup()
         if self.sweeper is not None:
             self.background.append(asyncio.create_task(self.sweeper.serve()))
