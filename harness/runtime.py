@@ -15,8 +15,8 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from wire.codec import dumps, loads
 from wire.keys import Keys
+from wire.messages import MaintenanceOperation, MaintenanceReply, MaintenanceRequest
 from wire.modules import missing_modules
 from wire.profiles import AgentProfile
 from wire.redis_options import pool_options
@@ -145,19 +145,16 @@ class CallerRuntime:
         The request is durable: if no worker answers in time it still runs later.
         Raises ``TimeoutError`` or ``RuntimeError`` (the worker's report).
         """
-        request_id = uuid4().hex
-        reply_key = self.keys.maintenance_reply(request_id)
-        await self.redis.rpush(
-            self.keys.maintenance_queue(),
-            dumps({"id": request_id, "op": "delete_thread", "thread_id": thread_id}),
-        )
+        request = MaintenanceRequest(uuid4().hex, MaintenanceOperation.DELETE_THREAD, thread_id)
+        reply_key = self.keys.maintenance_reply(request.id)
+        await self.redis.rpush(self.keys.maintenance_queue(), request.to_json())
         async with asyncio.timeout(within):
             item = await self.redis.blpop([reply_key], timeout=max(within, 0.01))
         if item is None:
             raise TimeoutError("no worker deleted the checkpoint thread within the budget")
-        reply = loads(item[1])
-        if not reply.get("ok"):
-            raise RuntimeError(str(reply.get("error")))
+        reply = MaintenanceReply.from_json(item[1])
+        if not reply.ok:
+            raise RuntimeError(str(reply.error))
 
     async def aclose(self) -> None:
         for session_id, handles in tuple(self.handles.items()):

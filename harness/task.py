@@ -253,8 +253,12 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         if isinstance(reply, BaseException):
             raise reply
         if isinstance(marked, NoScriptError):
-            await store.confirm_start(self._id.value)  # loads the script (Redis restarted)
-        elif isinstance(marked, BaseException):
+            try:
+                await store.confirm_start(self._id.value)  # loads the script (Redis restarted)
+            except RedisError as error:
+                marked = error
+        if isinstance(marked, BaseException):
+            # Owed until it lands (e.g. refused at maxmemory); the reads go on meanwhile.
             log.warning("task %s: confirming its start failed: %s", self._id.value, marked)
             return reply, True
         return reply, False

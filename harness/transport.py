@@ -16,6 +16,7 @@ from typing import Protocol
 from celery import Celery
 
 from wire.celery_config import RUN_TASK, START_PRIORITY, celery_config
+from wire.messages import RunMessage
 from wire.settings import Settings
 
 from .redis_errors import Fate, fate
@@ -76,12 +77,10 @@ class TaskPublisher:
         self._app.conf.update(config)
 
     def _publish(self, task_id: str, session_id: str | None) -> None:
-        kwargs = {"namespace": self._settings.namespace, "task_id": task_id}
-        if session_id is not None:
-            kwargs["session_id"] = session_id
+        message = RunMessage(self._settings.namespace, task_id, session_id)
         self._app.send_task(
             RUN_TASK,
-            kwargs=kwargs,
+            kwargs=message.kwargs(),
             task_id=task_id,
             queue=self._settings.queue,
             priority=START_PRIORITY,

@@ -32,6 +32,12 @@ from wire.codec import (
     outcome_to_json,
 )
 from wire.errors import DecodeError
+from wire.messages import (
+    MaintenanceOperation,
+    MaintenanceReply,
+    MaintenanceRequest,
+    RunMessage,
+)
 from wire.settings import Settings
 
 TASK = TaskId("t1")
@@ -134,3 +140,41 @@ def test_missing_package_imports_fail_fast_and_others_still_import() -> None:
         importlib.import_module("langchain.schema.messages")
     assert importlib.import_module("langchain_core.messages") is not None
     assert not fail_fast_if_missing("json")
+
+
+def test_run_message_carries_ids_only_and_refuses_hostile_ones() -> None:
+    message = RunMessage("ns", "t1", "s1")
+    assert message.kwargs() == {"namespace": "ns", "task_id": "t1", "session_id": "s1"}
+    assert set(message.kwargs()) <= RunMessage.KEYWORDS
+    assert RunMessage("ns", "t1").kwargs() == {"namespace": "ns", "task_id": "t1"}
+    for hostile in ("", "a b", "x\n", "x:y"):
+        with pytest.raises(ValueError, match="invalid"):
+            RunMessage("ns", hostile)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "5",
+        "null",
+        "{}",
+        "[1]",
+        '{"id": "r1", "op": "drop_everything", "thread_id": "t"}',
+        '{"id": "r1", "op": "delete_thread", "thread_id": "../x"}',
+        '{"id": 5, "op": "delete_thread"}',
+        "not json",
+    ],
+)
+def test_a_malformed_maintenance_request_or_reply_is_a_value_error(raw: str) -> None:
+    with pytest.raises(ValueError, match="malformed maintenance request"):
+        MaintenanceRequest.from_json(raw)
+    if raw not in ("{}",):
+        with pytest.raises(ValueError, match="malformed maintenance reply"):
+            MaintenanceReply.from_json(raw)
+
+
+def test_maintenance_messages_round_trip() -> None:
+    request = MaintenanceRequest("r1", MaintenanceOperation.DELETE_THREAD, "thread-1")
+    assert MaintenanceRequest.from_json(request.to_json()) == request
+    for reply in (MaintenanceReply(True), MaintenanceReply(False, "boom")):
+        assert MaintenanceReply.from_json(reply.to_json()) == reply

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
@@ -26,16 +26,15 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from wire import scripts
-from wire.codec import dumps, loads
+from wire.backoff import CONNECTION_ERRORS, Outage
 from wire.keys import Keys
+from wire.messages import MaintenanceReply, MaintenanceRequest
 
 log = logging.getLogger(__name__)
 
 REPLY_TTL_SECONDS = 120
 """How long an unread maintenance reply stays (set with the push, in one transaction)."""
 
-_BACKOFF_FIRST = 0.05
-_BACKOFF_MAX = 1.0
 _TAKE_TIMEOUT_SECONDS = 2
 
 
@@ -45,42 +44,6 @@ def raise_if_cancelled() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
-
-
-class Outage:
-    """Backoff and logging of one background consumer's Redis outages: a warning when
-    one begins, a note when it ends, a traceback only for errors that are not about the
-    connection."""
-
-    def __init__(self, what: str) -> None:
-        self._what = what
-        self._since: float | None = None
-        self._delay = _BACKOFF_FIRST
-
-    def seconds(self) -> float:
-        """How long the current outage has lasted (0 if there is none)."""
-        if self._since is None:
-            return 0.0
-        return asyncio.get_running_loop().time() - self._since
-
-    def recovered(self) -> bool:
-        """Note a success; whether it ended an outage."""
-        if self._since is None:
-            return False
-        log.info("%s: Redis reachable again after %.1f s", self._what, self.seconds())
-        self._since = None
-        self._delay = _BACKOFF_FIRST
-        return True
-
-    async def back_off(self, error: BaseException) -> None:
-        if self._since is None:
-            self._since = asyncio.get_running_loop().time()
-            if isinstance(error, RedisConnectionError | RedisTimeoutError):
-                log.warning("%s: %s: %s; reconnecting", self._what, type(error).__name__, error)
-            else:
-                log.error("%s failed; retrying", self._what, exc_info=error)
-        await asyncio.sleep(self._delay)
-        self._delay = min(self._delay * 2, _BACKOFF_MAX)
 
 
 class CancellationTarget(Protocol):
@@ -105,7 +68,7 @@ class CancelListener:
 
     async def serve(self) -> None:
         channel = self._keys.cancel_channel()
-        outage = Outage("cancellation listener")
+        outage = Outage("cancellation listener", logger=log)
         while True:
             raise_if_cancelled()
             try:
@@ -208,7 +171,7 @@ class MaintenanceConsumer:
 
     async def _keep_alive(self) -> None:
         interval = self._liveness_ms / 3000
-        outage = Outage("maintenance heartbeat")
+        outage = Outage("maintenance heartbeat", logger=log)
         while True:
             raise_if_cancelled()
             try:
@@ -226,7 +189,7 @@ class MaintenanceConsumer:
 
     async def _take_requests(self) -> None:
         queue = self._keys.maintenance_queue()
-        outage = Outage("maintenance consumer")
+        outage = Outage("maintenance consumer", logger=log)
         # Requests left in this consumer's list (e.g. by an outage) are carried out first.
         pending = True
         while True:
@@ -253,19 +216,19 @@ class MaintenanceConsumer:
         from the processing list in one transaction. Both are idempotent, so both are
         tried again while Redis is unreachable."""
         try:
-            request = loads(raw)
-            key = self._keys.maintenance_reply(str(request["id"]))
-        except Exception:
-            log.exception("malformed maintenance request dropped: %.200r", raw)
+            request = MaintenanceRequest.from_json(raw)
+        except ValueError as error:
+            log.error("maintenance request dropped (%s): %.200r", error, raw)
             await self._drop(raw)
             return
-        outage = Outage(f"maintenance request {request['id']}")
+        key = self._keys.maintenance_reply(request.id)
+        outage = Outage(f"maintenance request {request.id}", logger=log)
         while True:
             raise_if_cancelled()
             try:
                 reply = await self._carry_out(request)
                 async with self._redis.pipeline(transaction=True) as pipe:
-                    pipe.rpush(key, dumps(reply))
+                    pipe.rpush(key, reply.to_json())
                     pipe.expire(key, REPLY_TTL_SECONDS)
                     pipe.lrem(self._processing, 1, raw)
                     await pipe.execute()
@@ -281,17 +244,16 @@ class MaintenanceConsumer:
         except (RedisConnectionError, RedisTimeoutError):
             log.warning("could not drop a malformed maintenance request; it is retried")
 
-    async def _carry_out(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """The reply to one request; connection errors propagate (the work is retried)."""
-        if request.get("op") != "delete_thread":
-            return {"ok": False, "error": f"unknown operation {request.get('op')!r}"}
+    async def _carry_out(self, request: MaintenanceRequest) -> MaintenanceReply:
+        """The reply to one request (a delete: the only operation a request can name);
+        connection errors propagate (the work is retried)."""
         try:
-            await self._delete_thread(str(request["thread_id"]))
-        except (RedisConnectionError, RedisTimeoutError):
+            await self._delete_thread(request.thread_id)
+        except CONNECTION_ERRORS:
             raise
         except Exception as error:
-            return {"ok": False, "error": f"{type(error).__name__}: {error}"}
-        return {"ok": True}
+            return MaintenanceReply(False, f"{type(error).__name__}: {error}")
+        return MaintenanceReply(True)
 
 
 def _text(value: object) -> str:

@@ -42,12 +42,13 @@ from redis.exceptions import OutOfMemoryError, ResponseError
 
 from wire.celery_config import RUN_TASK
 from wire.keys import Keys, is_valid_id
+from wire.messages import RunMessage
 from wire.redis_options import pool_options
 from wire.settings import Settings
 
 log = logging.getLogger(__name__)
 
-_KWARGS = frozenset({"namespace", "task_id", "session_id"})
+_KWARGS = RunMessage.KEYWORDS
 _EMBED = frozenset({"callbacks", "errbacks", "chain", "chord"})
 _TEXT_HEADERS = (
     "lang", "shadow", "root_id", "parent_id", "group", "argsrepr", "kwargsrepr", "origin",
