@@ -199,6 +199,10 @@ class RecordStore:
         await self._block(keys=[self.keys.session(session_id)], args=[reference])
 
     # -- worker side --------------------------------------------------------------------
+    async def cancel_recorded(self, task_id: str) -> bool:
+        """Whether the task's cancellation has been requested (its durable flag)."""
+        return _text(await self.redis.hget(self.keys.task(task_id), "cancel")) == "1"
+
     async def task_record(self, task_id: str) -> dict[str, str]:
         raw = await self.redis.hgetall(self.keys.task(task_id))
         return {_text(key): _text(value) for key, value in raw.items()}

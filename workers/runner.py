@@ -33,6 +33,7 @@ from wire.codec import (
     event_to_entry,
     loads,
     outcome_to_json,
+    run_metadata_from_json,
     spec_from_json,
     usage_from_json,
 )
@@ -42,7 +43,12 @@ from wire.settings import Settings
 from wire.store import ClaimResult, RecordStore, Settlement, SettleResult
 
 from .checkpoints import HeldLease, LeaseRegistry
-from .errors import ModelCallCancelledError, ProfileMismatchError, StaleLeaseError
+from .errors import (
+    ModelCallCancelledError,
+    ProfileMismatchError,
+    RunCancelledError,
+    StaleLeaseError,
+)
 from .event_sink import EventSink
 from .graph import ModelCalls, ModelGraph
 from .loss import loss_policy
@@ -208,6 +214,7 @@ class TaskRunner:
             spec = spec_from_json(loads(session["spec"]))
             text = str(loads(record["input"])["text"])
             session_usage = usage_from_json(loads(session.get("usage") or "{}"))
+            labels = run_metadata_from_json(session.get("metadata", ""))
             graph = await self._graphs.graph(profile)
         except Exception as error:
             return _failed(task, error)
@@ -218,7 +225,8 @@ class TaskRunner:
             diagnostics=spec.requirements.diagnostics is DiagnosticsRequirement.REQUIRED,
             usage_known=not resumed,
         )
-        metadata = {"ahp_task_id": live.task_id, "ahp_session_id": session_id}
+        metadata = {**labels, "ahp_task_id": live.task_id, "ahp_session_id": session_id}
+        self._graphs.calls.guard(live.task_id, lambda: self._cancel_gate(live))
         execution = asyncio.create_task(
             run_turn(
                 graph,
@@ -231,7 +239,7 @@ class TaskRunner:
             )
         )
         try:
-            return await self._supervise(task, live, profile, execution)
+            return await self._supervise(task, live, profile, execution, resumed)
         except asyncio.CancelledError:
             # The worker is stopping mid-run: end the graph run before handing it back.
             execution.cancel()
@@ -253,12 +261,28 @@ class TaskRunner:
             )
         return profile
 
+    async def _cancel_gate(self, live: LiveRun) -> None:
+        """Step boundary before the model is invoked: a cancellation recorded by now
+        wins, even one whose ``CancelledError`` was swallowed (redis-py's ``wait_for`` on
+        Python 3.11) or whose message this process missed. One HGET, none once the
+        in-memory signal is set. Unreadable (Redis restarting): the signal, the renewer
+        and the listener still deliver it to the model call."""
+        if not live.cancel_requested.is_set():
+            try:
+                if await self._store.cancel_recorded(live.task_id):
+                    live.cancel_requested.set()
+            except (RedisConnectionError, RedisTimeoutError) as error:
+                log.warning("task %s: cancel flag unreadable (%s)", live.task_id, error)
+        if live.cancel_requested.is_set():
+            raise RunCancelledError(f"task {live.task_id}: cancelled before the model call")
+
     async def _supervise(
         self,
         task: TaskId,
         live: LiveRun,
         profile: AgentProfile,
         execution: asyncio.Task[TurnResult],
+        resumed: bool,
     ) -> TaskOutcome | None:
         stop = asyncio.create_task(_first_of(live.cancel_requested, live.lease_lost))
         try:
@@ -267,7 +291,7 @@ class TaskRunner:
             stop.cancel()
         model_started = self._graphs.calls.started(live.task_id)
         if execution.done():
-            return _settled_result(task, execution, profile, model_started)
+            return _settled_result(task, execution, profile, model_started, resumed)
         # Deliver one cancellation: to the model call if one is running, else to the run.
         delivered = self._graphs.calls.cancel(live.task_id)
         if live.lease_lost.is_set() or not delivered:
@@ -278,7 +302,7 @@ class TaskRunner:
             return None
         if execution.done():
             return _settled_result(
-                task, execution, profile, self._graphs.calls.started(live.task_id)
+                task, execution, profile, self._graphs.calls.started(live.task_id), resumed
             )
         raise _OutlivedBudget(
             Unresolved(
@@ -410,12 +434,16 @@ def _settled_result(
     execution: asyncio.Task[TurnResult],
     profile: AgentProfile,
     model_started: bool,
+    resumed: bool,
 ) -> TaskOutcome | None:
-    cancelled = execution.cancelled() or isinstance(execution.exception(), ModelCallCancelledError)
+    cancelled = execution.cancelled() or isinstance(
+        execution.exception(), ModelCallCancelledError | RunCancelledError
+    )
     if cancelled:
         if not model_started:
-            # No native work had started: nothing can still be running.
-            return Cancelled(task, usage=AgentUsage.ZERO)
+            # This run never invoked the model: nothing can still be running. A resumed
+            # task's lost run may have used tokens nobody measured.
+            return Cancelled(task, usage=AgentUsage.UNKNOWN if resumed else AgentUsage.ZERO)
         if (
             profile.cancellation
             is CancellationSemantics.COROUTINE_TERMINATION_CONFIRMS_WORK_STOPPED
