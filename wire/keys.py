@@ -68,7 +68,8 @@ class Keys:
 
     def task(self, task_id: str) -> str:
         """Hash: the task record (session, state, input, cancel flag, fence, deliveries,
-        claim time, recovery hold-off, last appended batch, outcome)."""
+        claim time, recovery hold-off, last appended batch, the answer text streamed so far
+        (``partial``, kept as the output of an outcome other than Completed), outcome)."""
         return f"{self.task_prefix()}{task_id}"
 
     def events(self, task_id: str) -> str:

@@ -37,7 +37,8 @@ local value = fence .. ':' .. ARGV[1]
 local now = now_ms()
 redis.call('SET', KEYS[2], value, 'PX', ARGV[2])
 redis.call('HSET', KEYS[1], 'state', 'running', 'fence', fence, 'claimed_ms', now)
-redis.call('HDEL', KEYS[1], 'recover_at')
+-- A resumed run starts its answer over: the lost run's streamed text is superseded.
+redis.call('HDEL', KEYS[1], 'recover_at', 'partial')
 redis.call('ZADD', KEYS[6], now, ARGV[4])
 if state == 'starting' then
   redis.call('XADD', KEYS[4], '*', 'k', 'e', 't', 'started', 'd', '{}')
