@@ -33,6 +33,7 @@ class ClaimResult(StrEnum):
     BUSY = "busy"
     LOST = "lost"
     EXHAUSTED = "exhausted"
+    CANCELLED = "cancelled"
 
 
 class RecoverResult(StrEnum):
@@ -80,11 +81,16 @@ class CancelResult(StrEnum):
     MISSING = "missing"
 
 
+HANDED_BACK = "handed_back"
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     result: ClaimResult
     lease: str = ""
     previous_state: str = ""
+    """The task's state before the claim; ``HANDED_BACK`` after a stopping worker's
+    hand-back."""
     deliveries: int = 0
     task: Mapping[str, str] = field(default_factory=dict)
     session: Mapping[str, str] = field(default_factory=dict)
@@ -123,6 +129,7 @@ class RecordStore:
         self._cancel: AsyncScript = redis.register_script(scripts.CANCEL)
         self._renew: AsyncScript = redis.register_script(scripts.RENEW)
         self._release: AsyncScript = redis.register_script(scripts.RELEASE)
+        self._hand_back: AsyncScript = redis.register_script(scripts.HAND_BACK)
         self._holds: AsyncScript = redis.register_script(scripts.HOLDS)
         self._recover: AsyncScript = redis.register_script(scripts.RECOVER)
         self._lapsed: AsyncScript = redis.register_script(scripts.LAPSED)
@@ -369,6 +376,16 @@ class RecordStore:
             self.keys.task(task_id),
         ]
         await self._release(keys=keys, args=[lease, task_id])
+
+    async def hand_back(self, session_id: str, task_id: str, lease: str) -> bool:
+        """The stopping worker's run ended unsettled: requeued, not lost (see
+        ``scripts.HAND_BACK``). Whether the task was handed back."""
+        keys = [
+            self.keys.lease(session_id),
+            self.keys.session(session_id),
+            self.keys.task(task_id),
+        ]
+        return bool(await self._hand_back(keys=keys, args=[lease, task_id]))
 
     async def holds(self, session_id: str, lease: str) -> bool:
         return bool(await self._holds(keys=[self.keys.lease(session_id)], args=[lease]))

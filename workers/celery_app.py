@@ -7,6 +7,10 @@ explicit settings.
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +26,8 @@ from wire.settings import Settings
 
 from .errors import RuntimeStoppedError
 from .runtime import WorkerRuntime
+
+_REPORT_SECONDS = 0.2
 
 
 def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None = None) -> Celery:
@@ -61,8 +67,24 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
             # live lease (dropped; the sweeper resumes it if that run is gone) or settled.
             raise Reject(f"Redis unreachable: {error}", requeue=True) from error
 
+    def stop_then_exit() -> None:
+        runtime.stop()
+        time.sleep(_REPORT_SECONDS)  # let the task function report its Reject
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def hand_back_runs(signum: int, frame: Any) -> None:
+        # SIGTERM reached this pool child (systemd's control-group kill, a signal to the
+        # worker's process group, the pool terminating it): hand its runs back before
+        # exiting instead of dying mid-run. Each run is cancelled, its lease released and
+        # its record marked handed back; its task function raises RuntimeStoppedError,
+        # so the message is requeued. Then the child ends as SIGTERM ends it; a second
+        # SIGTERM kills at once.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        threading.Thread(target=stop_then_exit, name="ahp-hand-back", daemon=True).start()
+
     def start_in_child(**_: Any) -> None:
         runtime.start()
+        signal.signal(signal.SIGTERM, hand_back_runs)
 
     def start_if_not_forking(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is not app:

@@ -40,7 +40,7 @@ from wire.codec import (
 from wire.keys import is_valid_id
 from wire.profiles import AgentProfile, CancellationSemantics
 from wire.settings import Settings
-from wire.store import ClaimResult, RecordStore, Settlement, SettleResult
+from wire.store import HANDED_BACK, ClaimResult, RecordStore, Settlement, SettleResult
 
 from .checkpoints import HeldLease, LeaseRegistry
 from .errors import (
@@ -129,9 +129,16 @@ class TaskRunner:
             if claim.result is not ClaimResult.CLAIMED:
                 log.info("task %s not run: %s", task_id, claim.result.value)
                 return
-            resumed = claim.previous_state == TaskState.RUNNING.value
+            handed_back = claim.previous_state == HANDED_BACK
+            resumed = handed_back or claim.previous_state == TaskState.RUNNING.value
             await self._run_claimed(
-                live, session_id, claim.task, claim.session, claim.lease, resumed=resumed
+                live,
+                session_id,
+                claim.task,
+                claim.session,
+                claim.lease,
+                resumed=resumed,
+                handed_back=handed_back,
             )
         finally:
             self._runs.pop(task_id, None)
@@ -145,6 +152,7 @@ class TaskRunner:
         lease: str,
         *,
         resumed: bool,
+        handed_back: bool = False,
     ) -> None:
         task_id = live.task_id
         held = HeldLease(session_id, lease)
@@ -153,13 +161,14 @@ class TaskRunner:
         sink = EventSink(self._store, session_id, task_id, lease)
         sink.start()
         if resumed:
+            what = "stopped and handed it back" if handed_back else "was lost"
             tag, payload = event_to_entry(
                 Warning(
                     TaskId(task_id),
                     WarningKind.RECOVERABLE,
-                    f"the worker running this task was lost; resuming from the session's "
+                    f"the worker running this task {what}; resuming from the session's "
                     f"last checkpoint (delivery {record.get('deliveries', '?')}); output "
-                    "streamed before the loss is superseded and usage is unknown",
+                    "streamed before is superseded and usage is unknown",
                 )
             )
             sink.emit(SEMANTIC, tag, payload)
@@ -183,9 +192,12 @@ class TaskRunner:
                 await outlived.execution
         except asyncio.CancelledError:
             if live.handed_back:
-                with contextlib.suppress(Exception):
+                # The worker's stop may have cancelled the sink's flusher too: entries it
+                # could not write are superseded by the next run anyway.
+                with contextlib.suppress(BaseException):
                     await asyncio.shield(sink.drain())
-                    await asyncio.shield(self._store.release(session_id, task_id, lease))
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._store.hand_back(session_id, task_id, lease))
             raise
         finally:
             renewer.cancel()

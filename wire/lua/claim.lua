@@ -6,9 +6,14 @@
 -- ARGV[8] outcome JSON if the deliveries are exhausted, ARGV[9] retention seconds
 -- A task found 'running' without a lease lost its worker: it resumes under a higher fence,
 -- or is settled by the deployment's policy, its cancel request or the delivery bound.
--- Returns {'claimed', lease value, previous state, deliveries, task fields, session fields}
+-- One handed back by a stopping worker (field 'handed_back') was not lost: it resumes
+-- whatever the policy, without counting against the bound; if its cancellation was
+-- requested meanwhile it is settled Cancelled here (its run was seen to end), usage
+-- unknown. Only lost deliveries count: a hand-back returned the delivery it used.
+-- Returns {'claimed', lease value, previous state ('handed_back' after a hand-back),
+--          deliveries, task fields, session fields}
 --         | {'missing'} | {'terminal'} | {'busy'} (another live run holds the session)
---         | {'lost'} | {'exhausted'} (settled here)
+--         | {'lost'} | {'exhausted'} | {'cancelled'} (settled here)
 --! include prelude
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'missing'} end
@@ -17,7 +22,19 @@ redis.call('ZREM', KEYS[7], ARGV[4])
 if TERMINAL[state] then return {'terminal'} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy'} end
 local retention = tonumber(ARGV[9])
-if state == 'running' then
+local previous = state
+if state == 'running' and redis.call('HGET', KEYS[1], 'handed_back') == '1' then
+  previous = 'handed_back'
+  redis.call('HDEL', KEYS[1], 'handed_back')
+  if redis.call('HGET', KEYS[1], 'cancel') == '1' then
+    local unknown = {}
+    for _, f in ipairs(FIELDS) do unknown[f] = cjson.null end
+    local outcome = {type='cancelled', task_id=ARGV[4], output=cjson.null, usage=unknown}
+    settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], ARGV[4], 'cancelled', outcome, '',
+           false, retention)
+    return {'cancelled'}
+  end
+elseif state == 'running' then
   -- A lost run of a task whose cancellation was requested is not resumed: nobody saw
   -- whether it stopped.
   if ARGV[5] ~= 'resume' or redis.call('HGET', KEYS[1], 'cancel') == '1' then
@@ -43,5 +60,5 @@ redis.call('ZADD', KEYS[6], now, ARGV[4])
 if state == 'starting' then
   redis.call('XADD', KEYS[4], '*', 'k', 'e', 't', 'started', 'd', '{}')
 end
-return {'claimed', value, state, deliveries, redis.call('HGETALL', KEYS[1]),
+return {'claimed', value, previous, deliveries, redis.call('HGETALL', KEYS[1]),
         redis.call('HGETALL', KEYS[5])}
