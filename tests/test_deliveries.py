@@ -16,14 +16,18 @@ import signal
 import pytest
 import redis
 from agent_harness_protocol import (
+    AgentUsage,
+    Cancelled,
     Completed,
     Failed,
     SessionSpec,
     TaskRequest,
     TextInput,
 )
+from redis.asyncio import Redis as AsyncRedis
 
 from harness import CeleryHarness
+from wire.keys import Keys
 from wire.settings import Settings, WorkerLossPolicy
 
 from .support.boundary import ModelBoundary
@@ -107,3 +111,51 @@ async def test_a_killed_run_still_counts_as_a_lost_delivery(
     finally:
         boundary.release()
         workers.stop()
+
+
+async def test_a_resumed_task_cancelled_before_its_model_call_has_unknown_usage(
+    pool_settings: Settings, boundary: ModelBoundary
+) -> None:
+    """A task whose worker was SIGKILLed mid-call resumes on the other worker and is
+    cancelled before that run calls the model: the cancel is sent the moment the task
+    record shows the new claim's fence, while the run loads (and decodes, for some 50 ms)
+    a checkpoint of about four megabytes. The lost run
+    called the model and may have used tokens: usage unknown, never measured zero. The
+    boundary confirms the resumed run never invoked the model."""
+    workers = Pool(pool_settings)
+    workers.start()
+    try:
+        async with CeleryHarness(
+            workers.settings, profile="confirmed", run_metadata=boundary.run_metadata
+        ) as harness:
+            session = await harness.create_session(SessionSpec())
+            for turn in range(4):
+                big = await session.start_task(TaskRequest(TextInput(f"history{turn} " * 100_000)))
+                assert isinstance(await asyncio.wait_for(big.await_outcome(), 60), Completed)
+            boundary.hold()
+            task = await session.start_task(TaskRequest(TextInput("resumed-then-cancelled")))
+            await _until(lambda: bool(boundary.calls_for(task.id.value)), "the first call")
+            first = boundary.calls_for(task.id.value)[0]
+            key = Keys(workers.settings.namespace).task(task.id.value)
+            watcher = AsyncRedis.from_url(workers.settings.redis_url, decode_responses=True)
+            try:
+                fence = await watcher.hget(key, "fence")
+                await asyncio.to_thread(workers.owner_of(int(str(first["pid"]))).kill)
+                async with asyncio.timeout(60):
+                    while await watcher.hget(key, "fence") == fence:  # noqa: ASYNC110
+                        await asyncio.sleep(0.0005)
+            finally:
+                await watcher.aclose()
+            await task.request_cancellation()
+            outcome = await asyncio.wait_for(task.await_outcome(), 30)
+            assert isinstance(outcome, Cancelled), outcome
+            assert outcome.usage == AgentUsage.UNKNOWN, outcome.usage
+            assert len(boundary.calls_for(task.id.value)) == 1  # the resumed run never called
+    finally:
+        boundary.release()
+        workers.stop()
+
+
+@pytest.fixture
+def pool_settings(settings: Settings) -> Settings:
+    return _fault_settings(settings)
