@@ -26,7 +26,7 @@ from agent_harness_protocol import (
 )
 from redis.exceptions import RedisError
 
-from wire.codec import dumps, spec_to_json, usage_to_json
+from wire.codec import dumps, run_metadata_json, spec_to_json, usage_to_json
 from wire.keys import is_valid_id
 from wire.profiles import AgentProfile, load_profiles, resolve_profile
 from wire.provider import PROVIDER
@@ -64,6 +64,9 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         profiles: The registry to resolve a profile name in (default: the settings').
         publisher_factory: Builds the publisher of run messages (default: Celery to the
             settings' broker). A seam for tests that must control delivery.
+        run_metadata: String labels stored with every session this harness creates and
+            passed to each of its graph runs' LangChain config metadata (tracing tags,
+            a test's scope). Keys starting with ``ahp_`` are reserved.
     """
 
     def __init__(
@@ -73,8 +76,10 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         profile: AgentProfile | str | None = None,
         profiles: Mapping[str, AgentProfile] | None = None,
         publisher_factory: PublisherFactory | None = None,
+        run_metadata: Mapping[str, str] | None = None,
     ) -> None:
         self._settings = settings if settings is not None else Settings()
+        self._run_metadata = run_metadata_json(run_metadata or {})
         self._publisher_factory = publisher_factory
         if isinstance(profile, AgentProfile):
             self._profile = profile
@@ -166,6 +171,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
                 "closed": "0",
                 "turns": "0",
                 "usage": dumps(usage_to_json(AgentUsage.ZERO)),
+                "metadata": self._run_metadata,
             },
         )
         if handle_id is not None:

@@ -21,6 +21,8 @@ from agent_harness_protocol import (
     InteractionId,
     InteractionRequest,
     InteractionResponse,
+    MessageDelta,
+    MessageRole,
     ObservationGap,
     SessionId,
     TaskEvent,
@@ -29,8 +31,11 @@ from agent_harness_protocol import (
     TaskStarted,
     TaskState,
     TerminalEvent,
+    TextOutput,
     Unresolved,
     UnresolvedReason,
+    Warning,
+    WarningKind,
 )
 from agent_harness_protocol.diagnostics import TaskDiagnostics
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -92,6 +97,8 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             capacity, lambda n: DiagnosticGap(task_id, n)
         )
         self._reader: asyncio.Task[None] | None = None
+        self._partial: list[str] = []
+        """Answer text observed so far: the output of an outcome settled here."""
 
     # -- AgentTask ----------------------------------------------------------------------
     @property
@@ -313,6 +320,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             self._id.value,
             seconds,
         )
+        partial = "".join(self._partial)
         self._finish(
             Unresolved(
                 self._id,
@@ -320,6 +328,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
                 f"the harness could not reach Redis for {seconds:.0f} s "
                 f"({type(error).__name__}: {error}); the task may still run, and its "
                 "outcome is recorded there",
+                output=TextOutput(partial, complete=False) if partial else None,
             )
         )
 
@@ -341,4 +350,8 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             return
         if isinstance(event, TaskStarted) and self._state is TaskState.STARTING:
             self._state = TaskState.RUNNING
+        elif isinstance(event, MessageDelta) and event.role is MessageRole.ANSWER:
+            self._partial.append(event.text)
+        elif isinstance(event, Warning) and event.kind is WarningKind.RECOVERABLE:
+            self._partial.clear()  # a resumed run starts its answer over
         self._events.publish(event)

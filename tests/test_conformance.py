@@ -43,18 +43,22 @@ from agent_harness_protocol import (
 )
 from agent_harness_protocol.conformance import (
     AcceptanceFixture,
+    AccountingConformanceTests,
+    AccountingFixture,
     CleanupBudgetConformanceTests,
     FixtureProfile,
     FixtureResource,
     LifecycleConformanceTests,
     LifecycleFixture,
     ObservationLoadConformanceTests,
+    OutcomeConformanceTests,
+    OutcomeFixture,
+    OutputCase,
     RequirementCase,
     RequirementsConformanceTests,
     RuntimeRequirementsFixture,
 )
 
-from harness import CeleryHarness
 from wire.settings import Settings
 
 from .support.boundary import ModelBoundary
@@ -63,6 +67,9 @@ from .support.fixtures import (
     RequirementProfile,
     RequirementsBinding,
     acceptance,
+    accounting,
+    outcome,
+    scoped_harness,
 )
 from .support.profiles import MODEL_ID
 
@@ -120,12 +127,25 @@ class TestLifecycle(_Bound, LifecycleConformanceTests):
 
     @asynccontextmanager
     async def _lifecycle(self) -> AsyncIterator[LifecycleFixture]:
-        harness = CeleryHarness(self.settings, profile="lifecycle")
+        harness = scoped_harness(self.settings, self.model, "lifecycle")
         try:
             yield LifecycleBinding(harness, self.model)
         finally:
             self.model.release()
             await harness.aclose()
+
+
+# -- accounting and outcomes -----------------------------------------------------------
+
+
+class TestAccounting(_Bound, AccountingConformanceTests):
+    def accounting_fixture(self) -> FixtureResource[AccountingFixture]:
+        return accounting(self.settings, self.model)
+
+
+class TestOutcome(_Bound, OutcomeConformanceTests):
+    def outcome_fixture(self, output_case: OutputCase) -> FixtureResource[OutcomeFixture]:
+        return outcome(self.settings, self.model, output_case)
 
 
 # -- observation load ------------------------------------------------------------------

@@ -13,17 +13,21 @@ import pytest
 from agent_harness_protocol import AgentHarness, SessionSpec
 from agent_harness_protocol.conformance import (
     AcceptanceFixture,
+    AccountingConformanceTests,
+    AccountingFixture,
     CleanupBudgetConformanceTests,
     FixtureResource,
+    OutcomeConformanceTests,
+    OutcomeFixture,
+    OutputCase,
     RuntimeObservation,
 )
 
-from harness import CeleryHarness
 from tooling.worker_process import WorkerProcess
 from wire.settings import Settings
 
 from .support.boundary import ModelBoundary
-from .support.fixtures import acceptance, observed
+from .support.fixtures import acceptance, accounting, observed, outcome, scoped_harness
 from .support.runtime_persistence import RuntimePersistenceAdmittingProcessRestart
 
 pytestmark = pytest.mark.processes
@@ -64,10 +68,20 @@ class TestRuntimePersistenceInWorkerProcesses(
         return observed(self.model)
 
     def harness(self, boundary: RuntimeObservation) -> AgentHarness:
-        return CeleryHarness(self.settings, profile="confirmed")
+        return scoped_harness(self.settings, self.model, "confirmed")
 
 
 class TestCleanupUnconfirmedInWorkerProcesses(_InProcesses, CleanupBudgetConformanceTests):
     def cleanup_fixture(self) -> FixtureResource[AcceptanceFixture]:
         spec = SessionSpec(instructions="AHP_CLEANUP")
         return acceptance(self.settings, self.model, "unconfirmed", spec)
+
+
+class TestAccountingInWorkerProcesses(_InProcesses, AccountingConformanceTests):
+    def accounting_fixture(self) -> FixtureResource[AccountingFixture]:
+        return accounting(self.settings, self.model)
+
+
+class TestOutcomeInWorkerProcesses(_InProcesses, OutcomeConformanceTests):
+    def outcome_fixture(self, output_case: OutputCase) -> FixtureResource[OutcomeFixture]:
+        return outcome(self.settings, self.model, output_case)

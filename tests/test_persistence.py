@@ -86,7 +86,10 @@ class PersistenceBinding:
 
     def recreate_harness(self) -> AgentHarness:
         return CeleryHarness(
-            self.settings, profile="confirmed", publisher_factory=self.start.publisher
+            self.settings,
+            profile="confirmed",
+            publisher_factory=self.start.publisher,
+            run_metadata=self.model.run_metadata,
         )
 
     def hide_stored_context(self) -> None:
@@ -180,4 +183,6 @@ class TestRuntimePersistence(_Bound, RuntimePersistenceAdmittingProcessRestart):
         return observed(self.model)
 
     def harness(self, boundary: RuntimeObservation) -> AgentHarness:
-        return CeleryHarness(self.settings, profile="confirmed")
+        return CeleryHarness(
+            self.settings, profile="confirmed", run_metadata=self.model.run_metadata
+        )

@@ -20,6 +20,7 @@ from agent_harness_protocol import (
     TaskState,
     TerminalEvent,
     TextInput,
+    TextOutput,
     Unresolved,
     UnresolvedReason,
 )
@@ -211,3 +212,33 @@ async def test_reader_ends_with_observation_lost_when_redis_stays_unreachable(
         assert received[0].outcome == outcome
         monkeypatch.setattr(runtime.redis, "xread", real_xread)
         await runtime.redis.delete(unserved.queue)
+
+
+async def test_observation_lost_keeps_the_partial_answer_the_handle_saw(
+    settings: Settings, boundary: ModelBoundary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handle's local ``Unresolved(OBSERVATION_LOST)`` keeps the answer text it had
+    already observed as incomplete output, as every other unresolved outcome does."""
+    monkeypatch.setattr(CeleryTask, "reconnect_window", 0.5)
+    async with CeleryHarness(
+        settings, profile="outcome", run_metadata=boundary.run_metadata
+    ) as harness:
+        runtime = harness._open()
+        real_xread = runtime.redis.xread
+
+        async def unreachable(*args: Any, **kwargs: Any) -> Any:
+            raise RedisConnectionError("Error 111 connecting to 127.0.0.1. Connection refused.")
+
+        session = await harness.create_session(SessionSpec())
+        task = await session.start_task(TaskRequest(TextInput("observed then lost")))
+        boundary.script_scope({"op": "delta", "text": "seen-before-the-loss"})
+        async for event in task.events():
+            if getattr(event, "text", "") == "seen-before-the-loss":
+                break
+        monkeypatch.setattr(runtime.redis, "xread", unreachable)
+        outcome = await asyncio.wait_for(task.await_outcome(), 10)
+        monkeypatch.setattr(runtime.redis, "xread", real_xread)
+        assert isinstance(outcome, Unresolved)
+        assert outcome.reason is UnresolvedReason.OBSERVATION_LOST
+        assert outcome.output == TextOutput("seen-before-the-loss", complete=False)
+        boundary.script_scope({"op": "complete", "text": ""})

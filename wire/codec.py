@@ -357,3 +357,37 @@ def spec_from_json(data: Any) -> SessionSpec:
         )
     except (KeyError, ValueError, TypeError) as error:
         raise DecodeError(f"malformed session spec: {error}") from error
+
+
+# -- run metadata ----------------------------------------------------------------------
+
+RESERVED_METADATA_PREFIX = "ahp_"
+MAX_RUN_METADATA_CHARACTERS = 4096
+
+
+def run_metadata_json(metadata: Mapping[str, str]) -> str:
+    """Encode a harness's run metadata for the session record; refuses what is not a
+    small mapping of strings, and the reserved ``ahp_`` keys the worker sets itself."""
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError("run metadata maps strings to strings")
+        if key.startswith(RESERVED_METADATA_PREFIX):
+            raise ValueError(f"run metadata key {key!r}: the prefix 'ahp_' is reserved")
+    encoded = dumps(dict(metadata))
+    if len(encoded) > MAX_RUN_METADATA_CHARACTERS:
+        raise ValueError(f"run metadata exceeds {MAX_RUN_METADATA_CHARACTERS} characters")
+    return encoded
+
+
+def run_metadata_from_json(text: str) -> dict[str, str]:
+    """The run metadata of a session record (empty when the record has none)."""
+    if not text:
+        return {}
+    data = loads(text)
+    if not isinstance(data, Mapping):
+        raise DecodeError("run metadata must be an object")
+    return {
+        str(key): str(value)
+        for key, value in data.items()
+        if not str(key).startswith(RESERVED_METADATA_PREFIX)
+    }

@@ -118,8 +118,10 @@ class Keys:
 
     def task(self, task_id: str) -> str:
         """Hash: the task record (session, state, input, whether its publish was confirmed,
-        cancel flag, fence, deliveries, claim time, recovery hold-off, last appended batch,
-        outcome). A caller reads an unconfirmed start's fate here by its task id.
+        cancel flag, fence, deliveries, claim time, recovery hold-off, whether a stopping
+        worker handed it back, last appended batch, the answer text streamed so far
+        (``partial``, kept as the output of an outcome other than Completed), outcome). A
+        caller reads an unconfirmed start's fate here by its task id.
 
         Written by the caller's start and the scripts that claim, append and settle. Every
         settling path (``settle()`` in the Lua prelude: a worker's settle, a caller's cancel

@@ -57,12 +57,14 @@ class Settings(BaseSettings):
     on_worker_loss: WorkerLossPolicy = Field(
         default=WorkerLossPolicy.RESUME,
         description="resume: rerun a lost worker's task from the last checkpoint; "
-        "unresolved: settle it Unresolved(observation_lost).",
+        "unresolved: settle it Unresolved(observation_lost). A run a stopping worker "
+        "handed back is not lost: it resumes under either policy.",
     )
     max_deliveries: int = Field(
         default=3,
         ge=1,
-        description="A task whose worker was lost this many times ends Failed (poison task).",
+        description="A task whose worker was lost this many times ends Failed (poison task); "
+        "a run handed back by a stopping worker does not count.",
     )
     sweep_interval: timedelta = Field(
         default=timedelta(seconds=1),

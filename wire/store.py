@@ -36,6 +36,8 @@ class ClaimResult(StrEnum):
     EXHAUSTED = "exhausted"
     RELEASED = "released"
     """The task's session was released and forgotten: settled without running."""
+    CANCELLED = "cancelled"
+    """A handed-back task whose cancellation was requested meanwhile: settled here."""
 
 
 class RecoverResult(StrEnum):
@@ -91,11 +93,16 @@ class CancelResult(StrEnum):
     MISSING = "missing"
 
 
+HANDED_BACK = "handed_back"
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     result: ClaimResult
     lease: str = ""
     previous_state: str = ""
+    """The task's state before the claim; ``HANDED_BACK`` after a stopping worker's
+    hand-back."""
     deliveries: int = 0
     task: Mapping[str, str] = field(default_factory=dict)
     session: Mapping[str, str] = field(default_factory=dict)
@@ -141,6 +148,7 @@ class RecordStore:
         self._cancel: AsyncScript = redis.register_script(scripts.CANCEL)
         self._renew: AsyncScript = redis.register_script(scripts.RENEW)
         self._release: AsyncScript = redis.register_script(scripts.RELEASE)
+        self._hand_back: AsyncScript = redis.register_script(scripts.HAND_BACK)
         self._recover: AsyncScript = redis.register_script(scripts.RECOVER)
         self._lapsed: AsyncScript = redis.register_script(scripts.LAPSED)
         self._recover_starting: AsyncScript = redis.register_script(scripts.RECOVER_STARTING)
@@ -256,6 +264,10 @@ class RecordStore:
         await self._block(keys=[self.keys.session(session_id)], args=[reference])
 
     # -- worker side --------------------------------------------------------------------
+    async def cancel_recorded(self, task_id: str) -> bool:
+        """Whether the task's cancellation has been requested (its durable flag)."""
+        return _text(await self.redis.hget(self.keys.task(task_id), "cancel")) == "1"
+
     async def task_record(self, task_id: str) -> dict[str, str]:
         raw = await self.redis.hgetall(self.keys.task(task_id))
         return {_text(key): _text(value) for key, value in raw.items()}
@@ -441,3 +453,13 @@ class RecordStore:
             self.keys.task(task_id),
         ]
         await self._release(keys=keys, args=[lease, task_id])
+
+    async def hand_back(self, session_id: str, task_id: str, lease: str) -> bool:
+        """The stopping worker's run ended unsettled: requeued, not lost (see
+        ``scripts.HAND_BACK``). Whether the task was handed back."""
+        keys = [
+            self.keys.lease(session_id),
+            self.keys.session(session_id),
+            self.keys.task(task_id),
+        ]
+        return bool(await self._hand_back(keys=keys, args=[lease, task_id]))

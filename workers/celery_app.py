@@ -7,6 +7,10 @@ explicit settings.
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,6 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from wire.celery_config import RESUME_PRIORITY, RUN_TASK, celery_config
+from wire.messages import RunMessage
 from wire.profiles import AgentProfile
 from wire.settings import Settings
 
@@ -25,6 +30,8 @@ from .errors import RuntimeStoppedError
 from .intake import GuardedConsumer, MessageIntake, guarded_transport
 from .preflight import refuse_without_modules
 from .runtime import WorkerRuntime
+
+_REPORT_SECONDS = 0.2
 
 
 def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None = None) -> Celery:
@@ -42,9 +49,10 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
 
     def republish(task_id: str, session_id: str) -> None:
         # Publish retry stays off: the sweeper's hold-off decides when to try again.
+        message = RunMessage(settings.namespace, task_id, session_id)
         app.send_task(
             RUN_TASK,
-            kwargs={"namespace": settings.namespace, "task_id": task_id, "session_id": session_id},
+            kwargs=message.kwargs(),
             task_id=task_id,
             queue=settings.queue,
             priority=RESUME_PRIORITY,
@@ -77,8 +85,24 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
         if getattr(sender, "app", None) is app:
             refuse_without_modules(settings)
 
+    def stop_then_exit() -> None:
+        runtime.stop()
+        time.sleep(_REPORT_SECONDS)  # let the task function report its Reject
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def hand_back_runs(signum: int, frame: Any) -> None:
+        # SIGTERM reached this pool child (systemd's control-group kill, a signal to the
+        # worker's process group, the pool terminating it): hand its runs back before
+        # exiting instead of dying mid-run. Each run is cancelled, its lease released and
+        # its record marked handed back; its task function raises RuntimeStoppedError,
+        # so the message is requeued. Then the child ends as SIGTERM ends it; a second
+        # SIGTERM kills at once.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        threading.Thread(target=stop_then_exit, name="ahp-hand-back", daemon=True).start()
+
     def start_in_child(**_: Any) -> None:
         runtime.start()
+        signal.signal(signal.SIGTERM, hand_back_runs)
 
     def start_if_not_forking(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is not app:

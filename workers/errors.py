@@ -3,6 +3,7 @@
 WorkerError (RuntimeError)
 ├── StaleLeaseError        this run no longer holds its session lease; it must not write
 ├── ModelCallCancelledError the cancellation delivered to a model call ended it
+├── RunCancelledError      a recorded cancellation stopped the run at a step boundary
 ├── RuntimeStoppedError    the process's loop stopped while a run was in progress
 ├── FencingUnavailableError checkpoints and leases are configured in different Redis servers
 ├── ProfileMismatchError   the caller's profile declaration differs from this worker's
@@ -21,6 +22,10 @@ class StaleLeaseError(WorkerError):
 
 class ModelCallCancelledError(WorkerError):
     """The model call ended by the cancellation the worker delivered to it."""
+
+
+class RunCancelledError(WorkerError):
+    """A cancellation recorded before a step (the model call) stopped the run there."""
 
 
 class RuntimeStoppedError(WorkerError):

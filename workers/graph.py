@@ -7,7 +7,7 @@ prepended to the history for each model call, so a reopened session may change t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -31,21 +31,39 @@ INSTRUCTIONS = "ahp_instructions"
 TASK_ID = "ahp_task_id"
 
 
+Gate = Callable[[], Awaitable[None]]
+"""A run's step-boundary check: returns, or raises to stop the run before the step."""
+
+
 class ModelCalls:
     """The model call each run is in, so cancellation can be delivered to exactly it.
 
     Cancelling the model call (rather than the whole graph run) lets a model that
     finishes anyway complete its turn: completion then wins the race against cancel.
+
+    Each run may register a gate, awaited before its model is invoked: a recorded
+    cancellation stops the run there, whether or not a ``CancelledError`` reached it.
+    A call counts as started only once the chat model's stream is first advanced, the
+    first moment the provider can be reached.
     """
 
     def __init__(self) -> None:
         self._calls: dict[str, asyncio.Task[BaseMessage]] = {}
         self._started: set[str] = set()
+        self._gates: dict[str, Gate] = {}
+
+    def guard(self, key: str, gate: Gate) -> None:
+        """Check ``gate`` before every model call of run ``key`` (until :meth:`forget`)."""
+        self._gates[key] = gate
+
+    async def before_call(self, key: str) -> None:
+        gate = self._gates.get(key)
+        if gate is not None:
+            await gate()
 
     async def run(self, key: str, call: Coroutine[Any, Any, BaseMessage]) -> BaseMessage:
         task = asyncio.create_task(call)
         self._calls[key] = task
-        self._started.add(key)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -57,6 +75,9 @@ class ModelCalls:
         finally:
             if self._calls.get(key) is task:
                 del self._calls[key]
+
+    def mark_started(self, key: str) -> None:
+        self._started.add(key)
 
     def cancel(self, key: str) -> bool:
         """Cancel the run's model call if one is in progress; whether one was."""
@@ -71,6 +92,7 @@ class ModelCalls:
 
     def forget(self, key: str) -> None:
         self._started.discard(key)
+        self._gates.pop(key, None)
 
 
 class ModelGraph:
@@ -94,18 +116,25 @@ class ModelGraph:
         if instructions is not None:
             messages.insert(0, SystemMessage(content=instructions))
         key = str(config.get("metadata", {}).get(TASK_ID, ""))
-        response = await self._calls.run(key, self._stream_model(messages, config))
+        # Step boundary: a cancellation recorded by now wins; nothing awaits between
+        # the check and the model call's registration, where a later one is delivered.
+        await self._calls.before_call(key)
+        response = await self._calls.run(key, self._stream_model(key, messages, config))
         return {"messages": [response]}
 
     async def _stream_model(
-        self, messages: list[BaseMessage], config: RunnableConfig
+        self, key: str, messages: list[BaseMessage], config: RunnableConfig
     ) -> BaseMessage:
         """Call the model through ``astream``: unlike ``ainvoke`` (which gathers), a model
         that finishes despite a cancellation really returns its message."""
         final: BaseMessageChunk | None = None
         finished = False
+        stream = self._model.astream(messages, config)  # creating it runs nothing yet
+        # Started: the first advance of the stream enters the chat model. Nothing awaits
+        # in between, so a call cancelled before this never reached the provider.
+        self._calls.mark_started(key)
         try:
-            async for chunk in self._model.astream(messages, config):
+            async for chunk in stream:
                 final = chunk if final is None else final + chunk
                 finished = getattr(chunk, "chunk_position", None) == "last"
         except asyncio.CancelledError:

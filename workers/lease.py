@@ -174,6 +174,13 @@ class SessionLease:
         await self.stop()
         await self.store.release(self.session_id, self.task_id, self.value)
 
+    async def hand_back(self) -> bool:
+        """The worker is stopping and the run ended unsettled: stop renewing, free the lease
+        if it is still this run's and mark the task handed back (requeued, not lost: the
+        next claim resumes it without counting a lost delivery). Whether it was."""
+        await self.stop()
+        return await self.store.hand_back(self.session_id, self.task_id, self.value)
+
     # -- fenced checkpoint writes --------------------------------------------------------
     def _refused(self, what: str) -> StaleLeaseError:
         self._lose(f"its {what} was refused")

@@ -34,15 +34,21 @@ from wire.codec import (
     event_to_entry,
     loads,
     outcome_to_json,
+    run_metadata_from_json,
     spec_from_json,
     usage_from_json,
 )
 from wire.keys import is_valid_id
 from wire.profiles import AgentProfile, CancellationSemantics
 from wire.settings import Settings
-from wire.store import ClaimResult, RecordStore, Settlement, SettleResult
+from wire.store import HANDED_BACK, ClaimResult, RecordStore, Settlement, SettleResult
 
-from .errors import ModelCallCancelledError, ProfileMismatchError, StaleLeaseError
+from .errors import (
+    ModelCallCancelledError,
+    ProfileMismatchError,
+    RunCancelledError,
+    StaleLeaseError,
+)
 from .event_sink import EventSink
 from .graph import ModelCalls, ModelGraph
 from .lease import SessionLease
@@ -130,7 +136,8 @@ class TaskRunner:
             if claim.result is not ClaimResult.CLAIMED:
                 log.info("task %s not run: %s", task_id, claim.result.value)
                 return
-            resumed = claim.previous_state == TaskState.RUNNING.value
+            handed_back = claim.previous_state == HANDED_BACK
+            resumed = handed_back or claim.previous_state == TaskState.RUNNING.value
             lease = SessionLease(
                 self._store,
                 session_id,
@@ -141,7 +148,9 @@ class TaskRunner:
                 cancel_requested=live.cancel_requested,
                 lost=live.lease_lost,
             )
-            await self._run_claimed(live, lease, claim.task, claim.session, resumed=resumed)
+            await self._run_claimed(
+                live, lease, claim.task, claim.session, resumed=resumed, handed_back=handed_back
+            )
         finally:
             self._runs.pop(task_id, None)
 
@@ -153,19 +162,21 @@ class TaskRunner:
         session: Mapping[str, str],
         *,
         resumed: bool,
+        handed_back: bool = False,
     ) -> None:
         task_id = live.task_id
         session_id = lease.session_id
         sink = EventSink(self._store, session_id, task_id, lease.value)
         sink.start()
         if resumed:
+            what = "stopped and handed it back" if handed_back else "was lost"
             tag, payload = event_to_entry(
                 Warning(
                     TaskId(task_id),
                     WarningKind.RECOVERABLE,
-                    f"the worker running this task was lost; resuming from the session's "
+                    f"the worker running this task {what}; resuming from the session's "
                     f"last checkpoint (delivery {record.get('deliveries', '?')}); output "
-                    "streamed before the loss is superseded and usage is unknown",
+                    "streamed before is superseded and usage is unknown",
                 )
             )
             sink.emit(SEMANTIC, tag, payload)
@@ -225,6 +236,7 @@ class TaskRunner:
             spec = spec_from_json(loads(session["spec"]))
             text = str(loads(record["input"])["text"])
             session_usage = usage_from_json(loads(session.get("usage") or "{}"))
+            labels = run_metadata_from_json(session.get("metadata", ""))
             graph = await self._graphs.graph(profile)
         except Exception as error:
             return _failed(task, error)
@@ -235,7 +247,8 @@ class TaskRunner:
             diagnostics=spec.requirements.diagnostics is DiagnosticsRequirement.REQUIRED,
             usage_known=not resumed,
         )
-        metadata = {"ahp_task_id": live.task_id, "ahp_session_id": session_id}
+        metadata = {**labels, "ahp_task_id": live.task_id, "ahp_session_id": session_id}
+        self._graphs.calls.guard(live.task_id, lambda: self._cancel_gate(live))
         execution = asyncio.create_task(
             run_turn(
                 graph,
@@ -249,7 +262,7 @@ class TaskRunner:
             )
         )
         try:
-            return await self._supervise(task, live, profile, execution)
+            return await self._supervise(task, live, profile, execution, resumed)
         except asyncio.CancelledError:
             # The worker is stopping mid-run: end the graph run before handing it back.
             execution.cancel()
@@ -271,12 +284,31 @@ class TaskRunner:
             )
         return profile
 
+    async def _cancel_gate(self, live: LiveRun) -> None:
+        """Step boundary before the model is invoked: a lost lease stops the run, and a
+        cancellation recorded by now wins, even one whose ``CancelledError`` was swallowed (redis-py's ``wait_for`` on
+        Python 3.11) or whose message this process missed. One HGET, none once the
+        in-memory signal is set. Unreadable (Redis restarting): the signal, the renewer
+        and the listener still deliver it to the model call."""
+        if not live.cancel_requested.is_set():
+            try:
+                if await self._store.cancel_recorded(live.task_id):
+                    live.cancel_requested.set()
+            except (RedisConnectionError, RedisTimeoutError) as error:
+                log.warning("task %s: cancel flag unreadable (%s)", live.task_id, error)
+        if live.cancel_requested.is_set():
+            raise RunCancelledError(f"task {live.task_id}: cancelled before the model call")
+        if live.lease_lost.is_set():
+            # The next holder runs the turn; this run must not call the model any more.
+            raise StaleLeaseError(f"task {live.task_id}: lease lost before the model call")
+
     async def _supervise(
         self,
         task: TaskId,
         live: LiveRun,
         profile: AgentProfile,
         execution: asyncio.Task[TurnResult],
+        resumed: bool,
     ) -> TaskOutcome | None:
         stop = asyncio.create_task(_first_of(live.cancel_requested, live.lease_lost))
         try:
@@ -285,7 +317,7 @@ class TaskRunner:
             stop.cancel()
         model_started = self._graphs.calls.started(live.task_id)
         if execution.done():
-            return _settled_result(task, execution, profile, model_started)
+            return _settled_result(task, execution, profile, model_started, resumed)
         # Deliver one cancellation: to the model call if one is running, else to the run.
         delivered = self._graphs.calls.cancel(live.task_id)
         if live.lease_lost.is_set() or not delivered:
@@ -296,7 +328,7 @@ class TaskRunner:
             return None
         if execution.done():
             return _settled_result(
-                task, execution, profile, self._graphs.calls.started(live.task_id)
+                task, execution, profile, self._graphs.calls.started(live.task_id), resumed
             )
         raise _OutlivedBudget(
             Unresolved(
@@ -375,14 +407,16 @@ class TaskRunner:
 
     async def _hand_back(self, sink: EventSink, lease: SessionLease) -> None:
         """The worker is stopping and the graph run has ended unsettled: write the events
-        it emitted and free the lease, so the requeued message is claimed at once."""
+        it emitted (the worker's stop may have cancelled the flusher too: entries it could
+        not write are superseded by the next run anyway) and hand the lease back, so the
+        requeued message is claimed at once and not counted as a lost delivery."""
         budget = self._settings.cleanup_per_task.total_seconds()
         try:
             await asyncio.wait_for(sink.drain(), budget)
         except (Exception, asyncio.CancelledError):
             log.warning("task %s: events not all written while handing back", lease.task_id)
         try:
-            await lease.release()
+            await lease.hand_back()
         except Exception:
             log.exception("task %s: the lease could not be handed back", lease.task_id)
         else:
@@ -446,12 +480,16 @@ def _settled_result(
     execution: asyncio.Task[TurnResult],
     profile: AgentProfile,
     model_started: bool,
+    resumed: bool,
 ) -> TaskOutcome | None:
-    cancelled = execution.cancelled() or isinstance(execution.exception(), ModelCallCancelledError)
+    cancelled = execution.cancelled() or isinstance(
+        execution.exception(), ModelCallCancelledError | RunCancelledError
+    )
     if cancelled:
         if not model_started:
-            # No native work had started: nothing can still be running.
-            return Cancelled(task, usage=AgentUsage.ZERO)
+            # This run never invoked the model: nothing can still be running. A resumed
+            # task's lost run may have used tokens nobody measured.
+            return Cancelled(task, usage=AgentUsage.UNKNOWN if resumed else AgentUsage.ZERO)
         if (
             profile.cancellation
             is CancellationSemantics.COROUTINE_TERMINATION_CONFIRMS_WORK_STOPPED

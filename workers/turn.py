@@ -52,6 +52,26 @@ def usage_of(message: BaseMessage) -> AgentUsage:
     )
 
 
+def session_snapshot(usage: AgentUsage) -> AgentUsage | None:
+    """The session usage to report: none at all when nothing of it was ever measured
+    (every field unknown), as the settle script reports it."""
+    return None if usage == AgentUsage.UNKNOWN else usage
+
+
+def text_of(message: BaseMessage) -> str | None:
+    """The message's text; ``None`` for a response without any text content (no content
+    block at all, or none of type text), ``""`` for an empty text."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    texts = [
+        block if isinstance(block, str) else str(block.get("text", ""))
+        for block in content
+        if isinstance(block, str) or block.get("type") == "text"
+    ]
+    return "".join(texts) if texts else None
+
+
 def stop_reason_of(message: BaseMessage) -> StopReason:
     finish = str(message.response_metadata.get("finish_reason") or "").lower()
     if finish in {"length", "max_tokens", "content_filter"}:
@@ -111,12 +131,14 @@ class TurnTranslator:
         final = self._final
         if final is None:
             return TurnResult(None, AgentUsage.UNKNOWN, StopReason.PROVIDER_STOPPED)
-        text = final.text
+        text = text_of(final)
         # A resumed task's lost run may have used tokens nobody measured.
         usage = usage_of(final) if self._usage_known else AgentUsage.UNKNOWN
-        message_id = MessageId(final.id or uuid4().hex)
-        self._emit(MessageCompleted(self._task_id, message_id, text, MessageRole.ANSWER))
-        self._emit(UsageChanged(self._task_id, usage, self._session_usage + usage))
+        if text is not None:
+            message_id = MessageId(final.id or uuid4().hex)
+            self._emit(MessageCompleted(self._task_id, message_id, text, MessageRole.ANSWER))
+        session = session_snapshot(self._session_usage + usage)
+        self._emit(UsageChanged(self._task_id, usage, session))
         return TurnResult(text, usage, stop_reason_of(final))
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from uuid import uuid4
 
 from redis import Redis
 
@@ -12,11 +13,15 @@ from .controlled_model import (
     ABORT,
     CALLS,
     CANCELLATIONS,
+    CANCELLED_TASKS,
     HELD,
     IN_FLIGHT,
     OVERLAPS,
     PREFIX,
+    SCOPE,
+    deaf_key,
     live_members,
+    scope_script_key,
     script_key,
 )
 
@@ -24,12 +29,18 @@ from .controlled_model import (
 class ModelBoundary:
     """``RuntimeObservation`` over the calls the controlled model recorded in the worker.
 
-    A boundary sees only calls made after it was opened; tests run one at a time and each
-    boundary waits at exit until no model call is still in flight.
+    Each boundary has its own scope. Sessions created by a harness given
+    :attr:`run_metadata` carry the scope into their runs, and the controlled model stamps
+    every call with it: such a boundary sees only its own sessions' calls, never a call
+    left over from another test (a late republish, a resumed run). Without it, a
+    boundary sees the unscoped calls made after it was opened. Tests run one at a time
+    and each boundary waits at exit until no model call is still in flight.
     """
 
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
+        self.scope = uuid4().hex
+        self._strict = False
         for key in self._redis.scan_iter(PREFIX + "script:*"):
             self._redis.delete(key)
         self._redis.delete(HELD, ABORT)
@@ -37,9 +48,18 @@ class ModelBoundary:
         self._cancellations_at_start = self.cancellations_total()
         self._overlaps_at_start = int(self._redis.get(OVERLAPS) or 0)
 
+    @property
+    def run_metadata(self) -> Mapping[str, str]:
+        """Run metadata for the harnesses of this test: their sessions' calls are this
+        boundary's, and from now on only they are."""
+        self._strict = True
+        return {SCOPE: self.scope}
+
     def calls(self) -> list[dict[str, object]]:
         raw = self._redis.lrange(CALLS, self._start, -1)
-        return [json.loads(item) for item in raw]
+        calls = [json.loads(item) for item in raw]
+        accepted = {self.scope} if self._strict else {self.scope, ""}
+        return [call for call in calls if call.get("scope", "") in accepted]
 
     @property
     def observed_contexts(self) -> Sequence[str]:
@@ -76,6 +96,18 @@ class ModelBoundary:
     def script(self, task_id: str, command: dict[str, object]) -> None:
         self._redis.rpush(script_key(task_id), json.dumps(command))
 
+    def script_scope(self, command: dict[str, object]) -> None:
+        """A command for every scripted call of this boundary (profile ``script_by_scope``)."""
+        self._redis.rpush(scope_script_key(self.scope), json.dumps(command))
+
+    def deafen(self) -> None:
+        """From now on this boundary's model calls disregard cancellation."""
+        self._redis.set(deaf_key(self.scope), "1")
+
+    def was_cancelled(self, task_id: str) -> bool:
+        """Whether a cancellation reached a model call of ``task_id``."""
+        return bool(self._redis.sismember(CANCELLED_TASKS, task_id))
+
     def settle(self, timeout: float = 15.0) -> None:
         """Release held calls, end scripted ones a test left waiting, and wait until no
         model call is still running."""
@@ -88,4 +120,4 @@ class ModelBoundary:
                     raise TimeoutError(f"{self.in_flight()} model calls still in flight")
                 time.sleep(0.01)
         finally:
-            self._redis.delete(ABORT)
+            self._redis.delete(ABORT, deaf_key(self.scope), scope_script_key(self.scope))

@@ -6,10 +6,15 @@ from the harness's own state, events or outcomes. Control (hold, release, script
 deltas, completion, failure) also travels through Redis, so it works across processes.
 
 Keys (test-only, outside every deployment namespace), under ``ahp-test:boundary:``:
-``calls`` list of JSON calls, ``held`` hold flag, ``in_flight`` set of calls in progress
+``calls`` list of JSON calls, recorded the moment the model's stream is first advanced
+and stamped with the ``test_scope`` of the session's run metadata (so a boundary sees
+only its own test's calls), ``held`` hold flag, ``in_flight`` set of calls in progress
 (``"<pid>:<call id>"``, so a call of a killed worker is seen to be over),
-``cancellations`` and ``overlaps`` counters, ``running:<session id>`` the calls in
-progress per session, ``script:<task id>`` scripted commands for one task. An input
+``cancellations`` and ``overlaps`` counters, ``cancelled`` the task ids whose model call
+received a cancellation, ``running:<session id>`` the calls in progress per session,
+``script:<task id>`` scripted commands for one task (``script:scope:<scope>`` for every
+task of one boundary, with the profile option ``script_by_scope``), ``deaf:<scope>`` set
+while the calls of one boundary disregard cancellation. An input
 containing ``AHP_KILL_WORKER`` makes the model SIGKILL its own worker process.
 
 The model keeps its bookkeeping in ``AHP_TEST_MODEL_REDIS_URL`` when set (else the
@@ -23,7 +28,8 @@ import asyncio
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextvars import ContextVar
 from typing import Any
 from uuid import uuid4
 
@@ -33,6 +39,7 @@ from langchain_core.language_models.chat_models import agenerate_from_stream
 from langchain_core.messages import AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config
 from pydantic import PrivateAttr
 from redis.asyncio import Redis
@@ -49,10 +56,16 @@ IN_FLIGHT = PREFIX + "in_flight"
 CANCELLATIONS = PREFIX + "cancellations"
 ABORT = PREFIX + "abort"
 OVERLAPS = PREFIX + "overlaps"
+CANCELLED_TASKS = PREFIX + "cancelled"
+SCOPE = "test_scope"
+"""Run metadata key naming the boundary (test) a session belongs to."""
 
 
 MODEL_REDIS_URL_ENV = "AHP_TEST_MODEL_REDIS_URL"
 """Where the model keeps its bookkeeping, if not in the deployment's Redis."""
+
+_TAGGED_REPLY: ContextVar[str | None] = ContextVar("ahp_test_tagged_reply", default=None)
+"""The reply of the call in progress when the profile tags replies (``reply_tagged``)."""
 
 KILL_MARKER = "AHP_KILL_WORKER"
 """An input containing this kills the worker process running the model (a poison task)."""
@@ -88,10 +101,20 @@ def script_key(task_id: str) -> str:
     return f"{PREFIX}script:{task_id}"
 
 
+def scope_script_key(scope: str) -> str:
+    return f"{PREFIX}script:scope:{scope}"
+
+
+def deaf_key(scope: str) -> str:
+    return f"{PREFIX}deaf:{scope}"
+
+
 class ControlledChatModel(BaseChatModel):
     reply: str = "native-result"
     ignore_cancellation: bool = False
     scripted: bool = False
+    script_by_scope: bool = False
+    """Follow the script of the run's boundary scope instead of the task's own script."""
     load_chunks: int = 0
     chunk_delay_ms: int = 0
     """Pause after each load chunk: the stream takes a while (and spans, e.g., an outage)."""
@@ -154,6 +177,45 @@ class ControlledChatModel(BaseChatModel):
             total_tokens=self.input_tokens + self.output_tokens,
         )
 
+    async def astream(  # type: ignore[override]
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AIMessageChunk]:
+        """The model is invoked the moment its stream is first advanced: the call is
+        recorded from here (and counted in flight), whatever cancellation comes next."""
+        redis = self._redis()
+        metadata = ensure_config(config).get("metadata", {})
+        task_id = str(metadata.get("ahp_task_id", ""))
+        running = running_key(str(metadata.get("ahp_session_id", "")))
+        messages = self._convert_input(input).to_messages()
+        call = {
+            "task": task_id,
+            "texts": [message.text for message in messages],
+            "pid": os.getpid(),
+            "scope": str(metadata.get(SCOPE, "")),
+        }
+        member = f"{os.getpid()}:{uuid4().hex}"
+        reply = f"{self.reply}-{member.split(':')[1][:12]}" if self.reply_tagged else self.reply
+        call["reply"] = reply
+        tagged = _TAGGED_REPLY.set(reply)
+        # Bookkeeping runs to completion whatever happens to the call, so the counters
+        # never leak: a cancellation during it is taken after it (or ignored, if so set).
+        entered = asyncio.ensure_future(self._enter(redis, running, member, call))
+        try:
+            await self._finish_then_honour_cancel(redis, entered, task_id)
+            async for chunk in super().astream(input, config, stop=stop, **kwargs):
+                yield chunk
+        finally:
+            _TAGGED_REPLY.reset(tagged)
+            await asyncio.shield(entered)
+            await self._finish_then_honour_cancel(
+                redis, asyncio.ensure_future(self._leave(redis, running, member)), task_id
+            )
+
     async def _astream(
         self,
         messages: list[BaseMessage],
@@ -166,49 +228,54 @@ class ControlledChatModel(BaseChatModel):
         # (with the worker's metadata) is in the context.
         metadata = ensure_config().get("metadata", {})
         task_id = str(metadata.get("ahp_task_id", ""))
-        running = running_key(str(metadata.get("ahp_session_id", "")))
-        call = {
-            "task": task_id,
-            "texts": [message.text for message in messages],
-            "pid": os.getpid(),
-        }
-        member = f"{os.getpid()}:{uuid4().hex}"
-        reply = f"{self.reply}-{member.split(':')[1][:12]}" if self.reply_tagged else self.reply
-        call["reply"] = reply
-        # Bookkeeping runs to completion whatever happens to the call, so the counters
-        # never leak: a cancellation during it is taken after it (or ignored, if so set).
-        entered = asyncio.ensure_future(self._enter(redis, running, member))
-        try:
-            await self._finish_then_honour_cancel(redis, entered)
-            await self._step(redis, redis.rpush(CALLS, json.dumps(call)))
-            if not self.hold_before_reply:
-                await self._wait_while_held(redis)
-            if any(KILL_MARKER in text for text in call["texts"][-1:]):
-                os.kill(os.getpid(), signal.SIGKILL)
-            if self.scripted:
-                async for chunk in self._follow_script(redis, task_id):
-                    yield chunk
-                return
-            texts = [f"chunk{index} " for index in range(self.load_chunks)] + [reply]
-            for index, text in enumerate(texts):
-                last = index == len(texts) - 1
-                if last and self.hold_before_reply:
-                    await self._wait_while_held(redis)
-                chunk = ChatGenerationChunk(
-                    message=AIMessageChunk(
-                        content=text, usage_metadata=self._usage() if last else None
-                    )
-                )
+        scope = str(metadata.get(SCOPE, ""))
+        texts_in = [message.text for message in messages]
+        if not self.hold_before_reply:
+            await self._wait_while_held(redis, task_id, scope)
+        if any(KILL_MARKER in text for text in texts_in[-1:]):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.scripted:
+            key = scope_script_key(scope) if self.script_by_scope else script_key(task_id)
+            async for chunk in self._follow_script(redis, key, task_id, scope):
                 yield chunk
-                if self.chunk_delay_ms and not last:
-                    await asyncio.sleep(self.chunk_delay_ms / 1000)
-        finally:
-            await asyncio.shield(entered)
-            await self._finish_then_honour_cancel(
-                redis, asyncio.ensure_future(self._leave(redis, running, member))
+            return
+        reply = _TAGGED_REPLY.get() or self.reply
+        texts = [f"chunk{index} " for index in range(self.load_chunks)] + [reply]
+        for index, text in enumerate(texts):
+            last = index == len(texts) - 1
+            if last and self.hold_before_reply:
+                await self._wait_while_held(redis, task_id, scope)
+            await self._honour_swallowed_cancel(redis, task_id, scope)
+            chunk = ChatGenerationChunk(
+                message=AIMessageChunk(content=text, usage_metadata=self._usage() if last else None)
             )
+            yield chunk
+            if self.chunk_delay_ms and not last:
+                await self._sleep(redis, self.chunk_delay_ms / 1000, task_id, scope)
 
-    async def _finish_then_honour_cancel(self, redis: Redis, work: asyncio.Future[None]) -> None:
+    async def _cancelled(self, redis: Redis, task_id: str, scope: str = "") -> bool:
+        """Count a cancellation that reached the call; whether the call honours it."""
+        await asyncio.shield(self._count_cancel(redis, task_id))
+        if self.ignore_cancellation:
+            return False
+        return not (scope and await asyncio.shield(redis.exists(deaf_key(scope))))
+
+    @staticmethod
+    async def _count_cancel(redis: Redis, task_id: str) -> None:
+        await redis.incr(CANCELLATIONS)
+        if task_id:
+            await redis.sadd(CANCELLED_TASKS, task_id)
+
+    async def _sleep(self, redis: Redis, seconds: float, task_id: str, scope: str) -> None:
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            if await self._cancelled(redis, task_id, scope):
+                raise
+
+    async def _finish_then_honour_cancel(
+        self, redis: Redis, work: asyncio.Future[None], task_id: str
+    ) -> None:
         cancelled = False
         while not work.done():
             try:
@@ -216,12 +283,13 @@ class ControlledChatModel(BaseChatModel):
             except asyncio.CancelledError:
                 cancelled = True
         if cancelled:
-            await asyncio.shield(redis.incr(CANCELLATIONS))
+            await asyncio.shield(self._count_cancel(redis, task_id))
             if not self.ignore_cancellation:
                 raise asyncio.CancelledError
 
     @staticmethod
-    async def _enter(redis: Redis, running: str, member: str) -> None:
+    async def _enter(redis: Redis, running: str, member: str, call: dict[str, Any]) -> None:
+        await redis.rpush(CALLS, json.dumps(call))
         await redis.sadd(IN_FLIGHT, member)
         await redis.sadd(running, member)
         # Two model calls of one session at once would mean two graph runs on one thread.
@@ -233,30 +301,18 @@ class ControlledChatModel(BaseChatModel):
         await redis.srem(running, member)
         await redis.srem(IN_FLIGHT, member)
 
-    async def _step(self, redis: Redis, command: Awaitable[Any]) -> None:
-        """Await one command; a model that ignores cancellation ignores it here too."""
-        pending = asyncio.ensure_future(command)
-        while True:
-            try:
-                await asyncio.shield(pending)
-                return
-            except asyncio.CancelledError:
-                await asyncio.shield(redis.incr(CANCELLATIONS))
-                if not self.ignore_cancellation:
-                    pending.cancel()
-                    raise
-
-    async def _honour_swallowed_cancel(self, redis: Redis) -> None:
+    async def _honour_swallowed_cancel(self, redis: Redis, task_id: str, scope: str) -> None:
         """redis-py can finish a command whose task was cancelled and drop the
         CancelledError; the task still counts the request, so honour it here."""
         task = asyncio.current_task()
-        if not self.ignore_cancellation and task is not None and task.cancelling() > 0:
-            await asyncio.shield(redis.incr(CANCELLATIONS))
-            raise asyncio.CancelledError
+        if task is not None and task.cancelling() > 0:
+            task.uncancel()
+            if await self._cancelled(redis, task_id, scope):
+                raise asyncio.CancelledError
 
-    async def _wait_while_held(self, redis: Redis) -> None:
+    async def _wait_while_held(self, redis: Redis, task_id: str, scope: str) -> None:
         while True:
-            await self._honour_swallowed_cancel(redis)
+            await self._honour_swallowed_cancel(redis, task_id, scope)
             try:
                 try:
                     held, aborted = await redis.mget(HELD, ABORT)
@@ -268,23 +324,22 @@ class ControlledChatModel(BaseChatModel):
                 if aborted:
                     raise AbortedByTestError("model call aborted by the test boundary")
                 if not held:
+                    await self._honour_swallowed_cancel(redis, task_id, scope)
                     return
                 await asyncio.sleep(0.005)
             except asyncio.CancelledError:
-                await asyncio.shield(redis.incr(CANCELLATIONS))
-                if not self.ignore_cancellation:
+                if await self._cancelled(redis, task_id, scope):
                     raise
 
     async def _follow_script(
-        self, redis: Redis, task_id: str
+        self, redis: Redis, key: str, task_id: str, scope: str
     ) -> AsyncIterator[ChatGenerationChunk]:
         # Commands are read by position, never popped: a read interrupted by a
         # cancellation cannot lose a command.
-        key = script_key(task_id)
         cursor = 0
         pending: list[str] = []
         while True:
-            await self._honour_swallowed_cancel(redis)
+            await self._honour_swallowed_cancel(redis, task_id, scope)
             try:
                 if not pending:
                     if await redis.exists(ABORT):
@@ -294,8 +349,7 @@ class ControlledChatModel(BaseChatModel):
                         await asyncio.sleep(0.002)
                         continue
             except asyncio.CancelledError:
-                await asyncio.shield(redis.incr(CANCELLATIONS))
-                if not self.ignore_cancellation:
+                if await self._cancelled(redis, task_id, scope):
                     raise
                 continue
             raw = pending.pop(0)
@@ -305,9 +359,11 @@ class ControlledChatModel(BaseChatModel):
                 yield ChatGenerationChunk(message=AIMessageChunk(content=command["text"]))
             elif command["op"] == "complete":
                 metadata = {"finish_reason": command.get("finish_reason", "stop")}
+                # A null text is a response without any content block (no text at all).
+                content = [] if command["text"] is None else command["text"]
                 yield ChatGenerationChunk(
                     message=AIMessageChunk(
-                        content=command["text"],
+                        content=content,
                         response_metadata=metadata,
                         usage_metadata=self._usage(),
                     )

@@ -9,8 +9,11 @@ from dataclasses import dataclass
 
 from agent_harness_protocol import (
     AgentHarness,
+    AgentSession,
     AgentTask,
+    AgentUsage,
     FailureKind,
+    MessageRole,
     ProviderId,
     SessionSpec,
     StopReason,
@@ -18,6 +21,7 @@ from agent_harness_protocol import (
 from agent_harness_protocol.conformance import (
     FixtureProfile,
     MessageKind,
+    OutputCase,
     OutputObservation,
     RuntimeObservation,
     TextObservation,
@@ -37,13 +41,96 @@ class AcceptanceBinding:
     observation: ModelBoundary
 
 
+def scoped_harness(settings: Settings, boundary: ModelBoundary, profile: str) -> CeleryHarness:
+    """A harness whose sessions' model calls only ``boundary`` sees."""
+    return CeleryHarness(settings, profile=profile, run_metadata=boundary.run_metadata)
+
+
 @asynccontextmanager
 async def acceptance(
     settings: Settings, boundary: ModelBoundary, profile: str, spec: SessionSpec
 ) -> AsyncIterator[AcceptanceBinding]:
-    harness = CeleryHarness(settings, profile=profile)
+    harness = scoped_harness(settings, boundary, profile)
     try:
         yield AcceptanceBinding(harness, spec, boundary)
+    finally:
+        boundary.release()
+        await harness.aclose()
+
+
+_MEASURED = AgentUsage(input_tokens=7, output_tokens=3, total_tokens=10)
+
+
+@dataclass(frozen=True, slots=True)
+class AccountingBinding:
+    """The ``accounting`` profile reports 7 input and 3 output tokens per call."""
+
+    harness: AgentHarness
+    spec: SessionSpec
+    observation: ModelBoundary
+    measurements: tuple[AgentUsage, ...] = (_MEASURED, _MEASURED)
+    session_measurements: tuple[AgentUsage | None, ...] = (
+        _MEASURED,
+        AgentUsage(input_tokens=14, output_tokens=6, total_tokens=20),
+    )
+    completed_message_roles: frozenset[MessageRole] = frozenset({MessageRole.ANSWER})
+
+
+@asynccontextmanager
+async def accounting(
+    settings: Settings, boundary: ModelBoundary
+) -> AsyncIterator[AccountingBinding]:
+    harness = scoped_harness(settings, boundary, "accounting")
+    try:
+        yield AccountingBinding(harness, SessionSpec(), boundary)
+    finally:
+        boundary.release()
+        await harness.aclose()
+
+
+class OutcomeBinding:
+    """Drives the ``outcome`` profile, scripted per boundary scope: the partial case
+    streams ``retained-partial`` once begun, then completes, fails or waits; the missing
+    case completes with a response without any content block, the empty one with ``""``.
+
+    Losing observation: the model stops honouring cancellation and the session is
+    released, so cleanup ends before the worker can confirm that the run stopped."""
+
+    known_partial_usage: AgentUsage | None = None
+
+    def __init__(self, harness: AgentHarness, boundary: ModelBoundary, case: OutputCase) -> None:
+        self.harness = harness
+        self.spec = SessionSpec()
+        self._boundary = boundary
+        self._case = case
+
+    def begin_model(self) -> None:
+        if self._case is OutputCase.PARTIAL:
+            self._boundary.script_scope({"op": "delta", "text": "retained-partial"})
+        elif self._case is OutputCase.MISSING:
+            self._boundary.script_scope({"op": "complete", "text": None})
+        else:
+            self._boundary.script_scope({"op": "complete", "text": ""})
+
+    def finish_model(self) -> None:
+        if self._case is OutputCase.PARTIAL:
+            self._boundary.script_scope({"op": "complete", "text": ""})
+
+    def fail_model(self) -> None:
+        self._boundary.script_scope({"op": "fail", "message": "the model failed mid-answer"})
+
+    async def lose_observation(self, session: AgentSession) -> None:
+        self._boundary.deafen()
+        await session.release()
+
+
+@asynccontextmanager
+async def outcome(
+    settings: Settings, boundary: ModelBoundary, case: OutputCase
+) -> AsyncIterator[OutcomeBinding]:
+    harness = scoped_harness(settings, boundary, "outcome")
+    try:
+        yield OutcomeBinding(harness, boundary, case)
     finally:
         boundary.release()
         await harness.aclose()
@@ -130,4 +217,4 @@ class RequirementsBinding:
         return tuple(item.declared for item in self._profiles.values())
 
     def create_harness(self, profile_id: str) -> AgentHarness:
-        return CeleryHarness(self._settings, profile=self._profiles[profile_id].profile)
+        return scoped_harness(self._settings, self._boundary, self._profiles[profile_id].profile)

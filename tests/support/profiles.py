@@ -46,6 +46,12 @@ _ALL = [
     _profile("metered", input_tokens=7, output_tokens=3),
     # Each run's answer names its worker process: a stale run's answer is recognisable.
     _profile("tagged", reply_tagged=True),
+    _profile("accounting", input_tokens=7, output_tokens=3, reply="measured-result"),
+    # Scripted per boundary scope (the outcome suite controls the model without task ids).
+    _profile("outcome", scripted=True, script_by_scope=True),
+    # A model that streams for about a second unless cancelled.
+    _profile("slow", load_chunks=20, chunk_delay_ms=50),
+    _profile("slow-unconfirmed", cancellation=UNCONFIRMED, load_chunks=20, chunk_delay_ms=50),
     _profile("undeclared"),
     _profile("ephemeral-hidden", retention=Retention.EPHEMERAL, visibility=Visibility.HIDDEN),
     _profile(

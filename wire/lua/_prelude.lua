@@ -20,9 +20,20 @@ local function usage_add(a, b)
   end
   return r
 end
--- Record a terminal outcome: commit session usage once, append the terminal event,
--- free the session when no graph run holds it any more, take the task out of the running
--- and starting sets, and bound the retention of the record and the stream (every
+-- A session usage nothing measured (every field unknown) is reported as no snapshot.
+local function usage_snapshot(usage)
+  for _, f in ipairs(FIELDS) do
+    if usage[f] ~= nil and usage[f] ~= cjson.null then return usage end
+  end
+  return cjson.null
+end
+local function absent(value)
+  return value == nil or value == cjson.null
+end
+-- Record a terminal outcome: commit session usage once, keep the answer text streamed
+-- so far as the partial output of an outcome that carries none, append the terminal
+-- event, free the session when no graph run holds it any more, take the task out of the
+-- running and starting sets, and bound the retention of the record and the stream (every
 -- settling path goes through here, so every settled task expires).
 local function settle(task, session, events, lease, running, starting, task_id, state,
                       outcome, lease_value, run_ended, retention)
@@ -33,7 +44,13 @@ local function settle(task, session, events, lease, running, starting, task_id, 
     session_usage = usage_add(current, outcome.usage)
     redis.call('HSET', session, 'usage', cjson.encode(session_usage))
   end
-  outcome.session_usage = session_usage
+  outcome.session_usage = usage_snapshot(session_usage)
+  if state ~= 'completed' and absent(outcome.output) then
+    local partial = redis.call('HGET', task, 'partial')
+    if partial and partial ~= '' then
+      outcome.output = {text=partial, complete=false}
+    end
+  end
   local encoded = cjson.encode(outcome)
   redis.call('HSET', task, 'state', state, 'outcome', encoded)
   redis.call('XADD', events, '*', 'k', 'e', 't', 'terminal', 'd', encoded)

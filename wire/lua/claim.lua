@@ -6,9 +6,14 @@
 -- ARGV[8] outcome JSON if the deliveries are exhausted, ARGV[9] retention seconds
 -- A task found 'running' without a lease lost its worker: it resumes under a higher fence,
 -- or is settled by the deployment's policy, its cancel request or the delivery bound.
--- Returns {'claimed', lease value, previous state, deliveries, task fields, session fields}
+-- One handed back by a stopping worker (field 'handed_back') was not lost: it resumes
+-- whatever the policy, without counting against the bound; if its cancellation was
+-- requested meanwhile it is settled Cancelled here (its run was seen to end), usage
+-- unknown. Only lost deliveries count: a hand-back returned the delivery it used.
+-- Returns {'claimed', lease value, previous state ('handed_back' after a hand-back),
+--          deliveries, task fields, session fields}
 --         | {'missing'} | {'terminal'} | {'busy'} (another live run holds the session)
---         | {'lost'} | {'exhausted'} | {'released'} (settled here)
+--         | {'lost'} | {'exhausted'} | {'cancelled'} | {'released'} (settled here)
 -- A task of a released session (closed and not persistent, or its record gone: then no
 -- fence is issued for it ever again) never runs: one never claimed is settled Cancelled
 -- with measured-zero usage (no model was called), a lost run by the lost-run outcome. A
@@ -35,7 +40,19 @@ if released and (state == 'starting' or not held) then
   return {'released'}
 end
 if held then return {'busy'} end
-if state == 'running' then
+local previous = state
+if state == 'running' and redis.call('HGET', KEYS[1], 'handed_back') == '1' then
+  previous = 'handed_back'
+  redis.call('HDEL', KEYS[1], 'handed_back')
+  if redis.call('HGET', KEYS[1], 'cancel') == '1' then
+    local unknown = {}
+    for _, f in ipairs(FIELDS) do unknown[f] = cjson.null end
+    local outcome = {type='cancelled', task_id=ARGV[4], output=cjson.null, usage=unknown}
+    settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], KEYS[7], ARGV[4], 'cancelled', outcome,
+           '', false, retention)
+    return {'cancelled'}
+  end
+elseif state == 'running' then
   -- A lost run of a task whose cancellation was requested is not resumed: nobody saw
   -- whether it stopped.
   if ARGV[5] ~= 'resume' or redis.call('HGET', KEYS[1], 'cancel') == '1' then
@@ -55,10 +72,11 @@ local value = fence .. ':' .. ARGV[1]
 local now = now_ms()
 redis.call('SET', KEYS[2], value, 'PX', ARGV[2])
 redis.call('HSET', KEYS[1], 'state', 'running', 'fence', fence, 'claimed_ms', now)
-redis.call('HDEL', KEYS[1], 'recover_at')
+-- A resumed run starts its answer over: the lost run's streamed text is superseded.
+redis.call('HDEL', KEYS[1], 'recover_at', 'partial')
 redis.call('ZADD', KEYS[6], now, ARGV[4])
 if state == 'starting' then
   redis.call('XADD', KEYS[4], '*', 'k', 'e', 't', 'started', 'd', '{}')
 end
-return {'claimed', value, state, deliveries, redis.call('HGETALL', KEYS[1]),
+return {'claimed', value, previous, deliveries, redis.call('HGETALL', KEYS[1]),
         redis.call('HGETALL', KEYS[5])}

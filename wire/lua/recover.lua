@@ -15,7 +15,9 @@ if redis.call('EXISTS', KEYS[2]) == 1 then return {'alive'} end
 local now = now_ms()
 local at = tonumber(redis.call('HGET', KEYS[1], 'recover_at') or '0')
 if at > now then return {'pending'} end
-if ARGV[2] ~= 'resume' or redis.call('HGET', KEYS[1], 'cancel') == '1' then
+-- A run handed back by a stopping worker was not lost: its claim decides (see CLAIM).
+local handed_back = redis.call('HGET', KEYS[1], 'handed_back') == '1'
+if not handed_back and (ARGV[2] ~= 'resume' or redis.call('HGET', KEYS[1], 'cancel') == '1') then
   settle(KEYS[1], KEYS[3], KEYS[4], KEYS[2], KEYS[5], KEYS[6], ARGV[1], 'unresolved',
          cjson.decode(ARGV[3]), '', false, tonumber(ARGV[5]))
   return {'lost'}
