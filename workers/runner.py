@@ -286,10 +286,10 @@ class TaskRunner:
 
     async def _cancel_gate(self, live: LiveRun) -> None:
         """Step boundary before the model is invoked: a lost lease stops the run, and a
-        cancellation recorded by now wins, even one whose ``CancelledError`` was swallowed (redis-py's ``wait_for`` on
-        Python 3.11) or whose message this process missed. One HGET, none once the
-        in-memory signal is set. Unreadable (Redis restarting): the signal, the renewer
-        and the listener still deliver it to the model call."""
+        cancellation recorded by now wins, even one whose ``CancelledError`` was swallowed
+        (redis-py's ``wait_for`` on Python 3.11) or whose message this process missed. One
+        HGET, none once the in-memory signal is set. Unreadable (Redis restarting): the
+        signal, the renewer and the listener still deliver it to the model call."""
         if not live.cancel_requested.is_set():
             try:
                 if await self._store.cancel_recorded(live.task_id):
