@@ -28,10 +28,12 @@ from agent_harness_protocol import (
     UserHistoryVisibilityRequirement,
     WorkspaceRequirement,
 )
+from celery import Celery
 
 from harness import CeleryHarness
 from harness.admission import MAX_INPUT_CHARACTERS, MAX_INSTRUCTIONS_CHARACTERS
 from harness.errors import PersistentConfigurationError, UnknownPersistentSessionError
+from wire.celery_config import RUN_TASK, celery_config
 from wire.errors import ProfileError
 from wire.keys import Keys, require_valid_id
 from wire.settings import Settings
@@ -185,8 +187,20 @@ async def test_worker_drops_messages_for_unknown_or_hostile_task_ids(
         runtime = harness._open()
         before = _namespace_keys(sync_redis, settings)
         malformed_before = int(sync_redis.get(Keys(settings.namespace).malformed_messages()) or 0)
-        for task_id in ("0123456789abcdef0123456789abcdef", "../../evil key"):
-            await runtime.publisher.publish(task_id)
+        await runtime.publisher.publish("0123456789abcdef0123456789abcdef")
+        # The harness refuses to publish a hostile id; any other broker client can.
+        other_client = Celery("another-client", set_as_current=False)
+        other_client.conf.update(celery_config(settings))
+        try:
+            await asyncio.to_thread(
+                other_client.send_task,
+                RUN_TASK,
+                kwargs={"namespace": settings.namespace, "task_id": "../../evil key"},
+                task_id="../../evil key",
+                queue=settings.queue,
+            )
+        finally:
+            other_client.close()
         # The worker consumes both and writes nothing; a real task still runs after them.
         session = await harness.create_session(SessionSpec())
         task = await session.start_task(TaskRequest(TextInput("after bad messages")))
