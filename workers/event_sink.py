@@ -16,17 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from datetime import timedelta
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
+from wire.backoff import CONNECTION_ERRORS, Outage
 from wire.store import RecordStore
 
 log = logging.getLogger(__name__)
 
 _BATCH = 512
-_RETRY_FIRST_DELAY = 0.05
-_RETRY_MAX_DELAY = 1.0
 
 _Entry = tuple[str, str, str]
 
@@ -96,44 +93,29 @@ class EventSink:
 
     async def _append(self, batch: Sequence[_Entry]) -> int:
         """Append ``batch`` exactly once; the script's result (the number appended, 0 if
-        the task is terminal, -1 if the lease is not this run's)."""
+        the task is terminal, -1 if the lease is not this run's, or if Redis stayed
+        unreachable for ``retry_window``: a lease that could not be renewed that long has
+        lapsed)."""
         self._batches += 1
-        started: float | None = None
-        delay = _RETRY_FIRST_DELAY
+        outage = Outage(
+            f"task {self._task_id}: appending events",
+            window=timedelta(seconds=self.retry_window),
+            logger=log,
+        )
         while True:
             try:
                 written = await self._store.append(
                     self._session_id, self._task_id, self._lease, batch, self._batches
                 )
-            except (RedisConnectionError, RedisTimeoutError) as error:
-                started, delay, keep_trying = await self._back_off(started, delay, error)
-                if not keep_trying:
+            except CONNECTION_ERRORS as error:
+                if outage.exhausted():
+                    log.error(
+                        "task %s: Redis unreachable for %.0f s; events dropped",
+                        self._task_id,
+                        outage.seconds(),
+                    )
                     return -1
+                await outage.back_off(error)
                 continue
-            if started is not None:
-                log.info("task %s: events appended after reconnecting", self._task_id)
+            outage.recovered()
             return written
-
-    async def _back_off(
-        self, started: float | None, delay: float, error: BaseException
-    ) -> tuple[float, float, bool]:
-        """Sleep before the next attempt; ``(started, next delay, keep trying)``."""
-        now = asyncio.get_running_loop().time()
-        if started is None:
-            started = now
-            log.warning(
-                "task %s: appending events failed (%s: %s); retrying",
-                self._task_id,
-                type(error).__name__,
-                error,
-            )
-        remaining = started + self.retry_window - now
-        if remaining <= 0:
-            log.error(
-                "task %s: Redis unreachable for %.0f s; events dropped",
-                self._task_id,
-                now - started,
-            )
-            return started, delay, False
-        await asyncio.sleep(min(delay, remaining))
-        return started, min(delay * 2, _RETRY_MAX_DELAY), True

@@ -28,6 +28,7 @@ from agent_harness_protocol import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from wire.backoff import CONNECTION_ERRORS, Outage
 from wire.codec import (
     SEMANTIC,
     RemoteCause,
@@ -368,9 +369,9 @@ class TaskRunner:
 
         Settling is idempotent: a repeat of a settle that landed (its reply lost) finds
         the task terminal and returns the stored outcome."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._settings.lease_ttl.total_seconds()
-        pause = 0.05
+        outage = Outage(
+            f"task {outcome.task_id.value}: settle", window=self._settings.lease_ttl, logger=log
+        )
         while True:
             try:
                 return await self._store.settle(
@@ -381,14 +382,10 @@ class TaskRunner:
                     lease=lease,
                     run_ended=run_ended,
                 )
-            except (RedisConnectionError, RedisTimeoutError):
-                if loop.time() >= deadline:
+            except CONNECTION_ERRORS as error:
+                if outage.exhausted():
                     raise
-                log.warning(
-                    "task %s: settle failed on a lost connection; retrying", outcome.task_id
-                )
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 1.0)
+                await outage.back_off(error)
 
     async def _outlive(self, execution: asyncio.Task[TurnResult], lease: SessionLease) -> None:
         """Wait for a graph run that outlived its cancellation budget (its task is settled;
