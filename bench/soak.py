@@ -843,6 +843,15 @@ async def check(
 
         unacked_left = int(await client.hlen("unacked"))
 
+        # Every malformed message was dropped and counted once by a worker (waiting a
+        # little for the last ones sent to be taken off the queue).
+        malformed_counted = 0
+        for _ in range(100):
+            malformed_counted = int(await client.get(keys.malformed_messages()) or 0)
+            if malformed_counted >= state.malformed_sent:
+                break
+            await asyncio.sleep(0.1)
+
         # Checkpoint threads.
         duplicated_inputs: list[str] = []
         missing_inputs: list[str] = []
@@ -950,7 +959,12 @@ async def check(
     rows.append(("kills performed", str(len(chaos.kills))))
     rows.append(("pauses (SIGSTOP past the lease TTL)", str(len(chaos.pauses))))
     rows.append(("Redis restarts under load", str(len(state.redis_restarts))))
-    rows.append(("malformed messages sent to the queue", str(state.malformed_sent)))
+    rows.append(
+        (
+            "malformed messages sent / dropped and counted",
+            f"{state.malformed_sent} / {malformed_counted}",
+        )
+    )
     rows.append(("workers that exited unkilled", str(len(chaos.unexpected_exits))))
     rows.append(("starts refused (not delivered) and retried", str(state.start_retries)))
     rows.append(("unconfirmed starts", str(len(state.unconfirmed))))
@@ -1057,6 +1071,12 @@ async def check(
         ("checkpoint off the latest chain", orphans),
         ("answer in a thread that no caller received", unseen_answers),
         ("unconfirmed start that ran twice", ran_twice),
+        (
+            "malformed message not dropped and counted exactly once",
+            [f"{state.malformed_sent} sent, {malformed_counted} counted"]
+            if malformed_counted != state.malformed_sent
+            else [],
+        ),
     ):
         if items:
             findings.failures.append(f"{len(items)} x {label}")
