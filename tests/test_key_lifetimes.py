@@ -35,9 +35,11 @@ from harness.errors import CheckpointCleanupError
 from tooling.worker_process import WorkerProcess
 from wire.keys import Keys
 from wire.settings import Settings
+from wire.store import ClaimResult
 from workers.pruning import FULL_SWEEP_EVERY
 
 from .support.boundary import ModelBoundary
+from .support.claims import ClaimCounts
 from .support.start_control import StartBoundary
 from .support.waiting import wait_for
 
@@ -254,8 +256,11 @@ async def test_a_message_delivered_after_its_session_was_released_never_runs_nor
         assert sync_redis.llen(idle_list) == 1
         await session.release()
     assert _keys_naming(sync_redis, sid) == set()
+    claims = ClaimCounts(sync_redis, settings.namespace)
     sync_redis.lmove(idle_list, settings.queue, "RIGHT", "LEFT")
-    await wait_for(lambda: sync_redis.llen(settings.queue) == 0)
+    # The release settled the start; the claim must find it so and issue nothing.
+    since = await claims.consumed(ClaimResult.TERMINAL, 1, "the message of the released start")
+    assert since[ClaimResult.CLAIMED] == 0, since
     await wait_for(lambda: sync_redis.ttl(keys.task(task_id)) > 0, within=30)
     assert sync_redis.hget(keys.task(task_id), "state") == "cancelled"
     assert not sync_redis.exists(keys.fence(sid))
