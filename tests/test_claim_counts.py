@@ -99,10 +99,16 @@ async def test_the_claim_counts_each_result_once_in_the_same_step(store: RecordS
     assert await store.hand_back(session_id, task_id, lease)
     await store.cancel(session_id, task_id)
     await claim(session_id, task_id)
-    # released: a start of a session released (closed, not persistent) before the claim
+    # released: a start of a session released (closed, not persistent) before the claim,
+    # and one of a session whose record is gone (forgotten whatever still ran)
     session_id, task_id = await _started(store)
     await store.release_session(session_id)
     await claim(session_id, task_id)
+    session_id, task_id = await _started(store)
+    await store.release_session(session_id, force=True)
+    assert not await store.session_record(session_id)
+    await claim(session_id, task_id)
+    assert (await store.task_record(task_id))["state"] == "cancelled"
 
     expected = {
         ClaimResult.MISSING: 2,
@@ -112,7 +118,7 @@ async def test_the_claim_counts_each_result_once_in_the_same_step(store: RecordS
         ClaimResult.LOST: 1,
         ClaimResult.EXHAUSTED: 1,
         ClaimResult.CANCELLED: 1,
-        ClaimResult.RELEASED: 1,
+        ClaimResult.RELEASED: 2,
     }
     assert {result: seen.count(result) for result in ClaimResult} == expected, seen
     assert await store.claim_counts() == expected
