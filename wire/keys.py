@@ -196,7 +196,9 @@ class Keys:
         deployment's life; an operator may delete it): how many run messages the claim
         ended with each result (field: a ``wire.store.ClaimResult`` value, ``claimed``
         for a run that started, ``busy``, ``terminal``, ``missing``, ... for a message
-        dropped or settled without running), counted in the same step as the claim. At
+        dropped or settled without running), counted in the same step as the claim (a
+        message naming no session whose task has no record is dropped by the worker's
+        lookup before any claim, and counted ``missing`` by the worker). At
         most one field per result: it never grows with the work."""
         return f"{self.namespace}:stats:claims"
 

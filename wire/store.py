@@ -311,6 +311,11 @@ class RecordStore:
             _fields(reply[5]),
         )
 
+    async def count_missing(self) -> None:
+        """Count a message dropped before any claim because it names no session and its
+        task has no record (the claim's ``missing``, found by the lookup instead)."""
+        await self.redis.hincrby(self.keys.claim_counts(), ClaimResult.MISSING.value, 1)
+
     async def claim_counts(self) -> Mapping[ClaimResult, int]:
         """How many run messages the claim ended with each result since the deployment
         began (every result present, 0 if never seen). A field this version does not know
