@@ -264,8 +264,10 @@ async def test_sigterm_finishes_running_tasks_and_hands_back_queued_ones(
             old = workers.workers[0]
             assert old.pid is not None
             os.kill(old.pid, signal.SIGTERM)
-            await asyncio.sleep(1.0)  # the warm shutdown is under way
-            assert old.running
+            # Proof the signal was taken (Celery's own line), then time it would need to exit.
+            await _until(lambda: "Warm shutdown" in old.log_tail(), what="the warm shutdown")
+            await asyncio.sleep(1.0)
+            assert old.running, old.log_tail()
             boundary.release()
             first_two = await asyncio.wait_for(
                 asyncio.gather(*(task.await_outcome() for task in running)), 30
