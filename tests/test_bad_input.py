@@ -37,8 +37,11 @@ from wire.celery_config import RUN_TASK, celery_config
 from wire.errors import ProfileError
 from wire.keys import Keys, require_valid_id
 from wire.settings import Settings
+from wire.store import ClaimResult
 
 from .support.boundary import ModelBoundary
+from .support.claims import ClaimCounts
+from .support.waiting import wait_for
 
 
 def _namespace_keys(sync_redis: redis.Redis, settings: Settings) -> set[str]:
@@ -180,6 +183,16 @@ async def test_responding_to_an_unknown_interaction_is_a_value_error(
         assert isinstance(await task.await_outcome(), Completed)
 
 
+def _workers(keys: Keys, key: str) -> bool:
+    """A key the workers keep whatever they are sent: their counters, and the liveness
+    of their maintenance consumers (written once a worker serves)."""
+    return (
+        key in keys.statistics()
+        or key == keys.maintenance_consumers()
+        or key.startswith(keys.maintenance_consumer(""))
+    )
+
+
 async def test_worker_drops_messages_for_unknown_or_hostile_task_ids(
     settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
 ) -> None:
@@ -187,6 +200,7 @@ async def test_worker_drops_messages_for_unknown_or_hostile_task_ids(
         runtime = harness._open()
         before = _namespace_keys(sync_redis, settings)
         malformed_before = int(sync_redis.get(Keys(settings.namespace).malformed_messages()) or 0)
+        claims = ClaimCounts(sync_redis, settings.namespace)
         await runtime.publisher.publish("0123456789abcdef0123456789abcdef")
         # The harness refuses to publish a hostile id; any other broker client can.
         other_client = Celery("another-client", set_as_current=False)
@@ -201,18 +215,31 @@ async def test_worker_drops_messages_for_unknown_or_hostile_task_ids(
             )
         finally:
             other_client.close()
-        # The worker consumes both and writes nothing; a real task still runs after them.
+        # The worker consumes both and writes nothing but its counters: the unknown id
+        # found no task to claim; the hostile id never reached the task code (the
+        # intake dropped and counted it).
+        keys = Keys(settings.namespace)
+        await claims.consumed(ClaimResult.MISSING, 1, "the message of an unknown task")
+        try:
+            await wait_for(
+                lambda: int(sync_redis.get(keys.malformed_messages()) or 0) > malformed_before
+            )
+        except TimeoutError:
+            raise AssertionError("the hostile message was never dropped and counted") from None
+        assert not {
+            key for key in _namespace_keys(sync_redis, settings) - before if not _workers(keys, key)
+        }
+        # A real task still runs after them.
         session = await harness.create_session(SessionSpec())
         task = await session.start_task(TaskRequest(TextInput("after bad messages")))
         assert isinstance(await asyncio.wait_for(task.await_outcome(), 30), Completed)
         created = _namespace_keys(sync_redis, settings) - before
-        # The hostile id never reached the task code: the worker's intake dropped and
-        # counted it (the only key it writes). The unknown id found no task to claim.
-        stats = Keys(settings.namespace).malformed_messages()
         assert all(
-            session.id.value in key or task.id.value in key or key == stats for key in created
+            session.id.value in key or task.id.value in key or _workers(keys, key)
+            for key in created
         ), created
-        assert int(sync_redis.get(stats) or 0) - malformed_before == 1
+        assert int(sync_redis.get(keys.malformed_messages()) or 0) - malformed_before == 1
+        assert claims.since()[ClaimResult.MISSING] == 1
         assert len(boundary.calls()) == 1
 
 

@@ -51,8 +51,10 @@ from tooling.worker_process import PROJECT_ROOT, WorkerProcess, settings_environ
 from wire.celery_config import RUN_TASK, celery_config
 from wire.keys import Keys
 from wire.settings import Settings, WorkerLossPolicy
+from wire.store import ClaimResult
 
 from .support.boundary import ModelBoundary
+from .support.claims import ClaimCounts
 from .support.controlled_model import KILL_MARKER
 
 pytestmark = pytest.mark.processes
@@ -262,8 +264,10 @@ async def test_sigterm_finishes_running_tasks_and_hands_back_queued_ones(
             old = workers.workers[0]
             assert old.pid is not None
             os.kill(old.pid, signal.SIGTERM)
-            await asyncio.sleep(1.0)  # the warm shutdown is under way
-            assert old.running
+            # Proof the signal was taken (Celery's own line), then time it would need to exit.
+            await _until(lambda: "Warm shutdown" in old.log_tail(), what="the warm shutdown")
+            await asyncio.sleep(1.0)
+            assert old.running, old.log_tail()
             boundary.release()
             first_two = await asyncio.wait_for(
                 asyncio.gather(*(task.await_outcome() for task in running)), 30
@@ -308,16 +312,17 @@ async def test_a_duplicate_delivery_never_starts_a_second_run(
             task = await session.start_task(TaskRequest(TextInput("delivered-twice")))
             await _until(lambda: bool(boundary.calls_for(task.id.value)))
             fence = _task_record(sync_redis, settings, task.id.value)["fence"]
+            claims = ClaimCounts(sync_redis, settings.namespace)
             for _ in range(3):
                 await asyncio.to_thread(deliver_again, task.id.value, session.id.value)
-            # Let the copies reach the free worker slots and be dropped.
-            await _until(lambda: sync_redis.llen(settings.queue) == 0, what="copies consumed")
-            await asyncio.sleep(1.0)
+            # The claim looked at each copy while the first run held the session.
+            await claims.consumed(ClaimResult.BUSY, 3, "copies of the running task")
+            assert boundary.in_flight() == 1
             boundary.release()
             assert isinstance(await asyncio.wait_for(task.await_outcome(), 30), Completed)
             await asyncio.to_thread(deliver_again, task.id.value, session.id.value)
-            await _until(lambda: sync_redis.llen(settings.queue) == 0, what="late copy consumed")
-            await asyncio.sleep(0.5)
+            since = await claims.consumed(ClaimResult.TERMINAL, 1, "the copy of the settled task")
+            assert since[ClaimResult.CLAIMED] == 0, since
             record = _task_record(sync_redis, settings, task.id.value)
             assert record["deliveries"] == "1"
             assert record["fence"] == fence

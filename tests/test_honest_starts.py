@@ -45,9 +45,10 @@ from wire.codec import dumps
 from wire.keys import Keys
 from wire.redis_options import pool_options
 from wire.settings import Settings
-from wire.store import RecordStore, StartResult
+from wire.store import ClaimResult, RecordStore, StartResult
 
 from .support.boundary import ModelBoundary
+from .support.claims import ClaimCounts
 from .support.start_control import StartBoundary
 from .support.sweeps import watch_past_sweeps
 from .support.waiting import wait_for
@@ -136,6 +137,7 @@ async def test_an_unconfirmed_start_delivered_after_its_session_was_released_nev
         await session.release()
 
         # The message that was in flight all along now reaches the deployment's queue.
+        claims = ClaimCounts(sync_redis, settings.namespace)
         moved = 0
         for source, target in zip(
             Keys.broker_queue_lists(side[0].queue),
@@ -145,14 +147,9 @@ async def test_an_unconfirmed_start_delivered_after_its_session_was_released_nev
             while sync_redis.lmove(source, target, "RIGHT", "LEFT") is not None:
                 moved += 1
         assert moved == 1
-        # Consumed: out of every queue list and acknowledged.
-        await wait_for(
-            lambda: (
-                not any(sync_redis.llen(q) for q in Keys.broker_queue_lists(settings.queue))
-                and not any(late in str(v) for v in sync_redis.hvals("unacked"))
-            ),
-            within=30,
-        )
+        # Consumed by the claim, which found the start settled by the release.
+        since = await claims.consumed(ClaimResult.TERMINAL, 1, "the late message")
+        assert since[ClaimResult.CLAIMED] == 0, since
         await watch_past_sweeps(settings, boundary, sync_redis)
         assert not boundary.calls_for(late)
         assert not _ran(boundary, "delivered-after-release")
@@ -182,10 +179,10 @@ async def test_a_claim_of_a_released_sessions_task_settles_it_cancelled_without_
             )
             assert result is StartResult.OK
             await session.release()
+            claims = ClaimCounts(sync_redis, settings.namespace)
             await publisher.publish(task_id, session.id.value)
-            await wait_for(
-                lambda: sync_redis.hget(keys.task(task_id), "state") != "starting", within=30
-            )
+            since = await claims.consumed(ClaimResult.RELEASED, 1, "the released session's task")
+            assert since[ClaimResult.CLAIMED] == 0, since
             await watch_past_sweeps(settings, boundary, sync_redis)
             assert not boundary.calls_for(task_id)
             assert not _ran(boundary, "claimed-after-release")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 import redis
@@ -24,9 +25,10 @@ from harness.session import CelerySession
 from wire.codec import loads, outcome_to_json
 from wire.keys import Keys
 from wire.settings import Settings
-from wire.store import RecordStore
+from wire.store import ClaimResult, RecordStore
 
 from .support.boundary import ModelBoundary
+from .support.claims import ClaimCounts
 from .support.waiting import wait_for
 
 
@@ -68,26 +70,44 @@ async def test_two_harnesses_racing_start_task_never_run_two_graphs_on_one_threa
 
 
 async def test_duplicate_delivery_of_a_running_task_never_starts_a_second_run(
-    settings: Settings, boundary: ModelBoundary
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
 ) -> None:
     async with CeleryHarness(settings, profile="confirmed") as harness:
         session = await harness.create_session(SessionSpec())
         boundary.hold()
         task = await session.start_task(_request("duplicate-delivery"))
         await wait_for(lambda: boundary.calls_for(task.id.value))
+        claims = ClaimCounts(sync_redis, settings.namespace)
         runtime = harness._open()
         await runtime.publisher.publish(task.id.value)  # the same message, delivered again
-        await asyncio.sleep(1.0)
+        # The claim looked at the copy while the first run held the session, and dropped it.
+        since = await claims.consumed(ClaimResult.BUSY, 1, "the duplicate of a running task")
+        assert since[ClaimResult.CLAIMED] == 0, since
         boundary.release()
         assert isinstance(await task.await_outcome(), Completed)
         assert len(boundary.calls_for(task.id.value)) == 1
         assert boundary.overlaps == 0
 
 
+def _stale_run_ended(caplog: pytest.LogCaptureFixture, task_id: str) -> bool:
+    """The worker's run of ``task_id`` logged its last step: it found its lease taken
+    over (before its outcome, or when its settle was refused) and wrote nothing more."""
+    return any(
+        task_id in message
+        and ("its outcome is left to the new holder" in message or "settle refused" in message)
+        for message in (record.getMessage() for record in list(caplog.records))
+    )
+
+
 async def test_worker_whose_lease_was_taken_over_cannot_write_event_checkpoint_or_outcome(
-    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+    settings: Settings,
+    boundary: ModelBoundary,
+    sync_redis: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     keys = Keys(settings.namespace)
+    # The in-process workers log at ERROR; their run's warnings are the proof it ended.
+    caplog.set_level(logging.WARNING, logger="workers.runner")
     async with CeleryHarness(settings, profile="confirmed") as harness:
         session = await harness.create_session(SessionSpec())
         boundary.hold()
@@ -99,7 +119,16 @@ async def test_worker_whose_lease_was_taken_over_cannot_write_event_checkpoint_o
         sync_redis.set(keys.lease(session.id.value), intruder, px=60_000)
         boundary.release()
         await wait_for(lambda: boundary.in_flight() == 0)
-        await asyncio.sleep(1.5)  # ample time for the stale run to attempt every write
+        try:
+            await wait_for(
+                lambda: (
+                    _stale_run_ended(caplog, task.id.value)
+                    # or the fence failed and the stale run settled: shown below
+                    or "terminal" in _terminal_entries(sync_redis, keys, task.id.value)
+                )
+            )
+        except TimeoutError:
+            raise AssertionError("the stale run never reached its end") from None
         assert _terminal_entries(sync_redis, keys, task.id.value) == ["started"]
         record = sync_redis.hgetall(keys.task(task.id.value))
         assert record["state"] == "running"  # type: ignore[index]
@@ -151,9 +180,10 @@ async def test_task_cancelled_while_queued_never_reaches_the_model(
         assert task.state is TaskState.CANCELLED
         # Now a worker gets the message (moved onto the queue the test worker consumes):
         # it must drop it without running it.
+        claims = ClaimCounts(sync_redis, settings.namespace)
         sync_redis.lmove(idle_list, settings.queue, "RIGHT", "LEFT")
-        await wait_for(lambda: sync_redis.llen(settings.queue) == 0)
-        await asyncio.sleep(0.5)
+        since = await claims.consumed(ClaimResult.TERMINAL, 1, "the cancelled task's message")
+        assert since[ClaimResult.CLAIMED] == 0, since
         assert not boundary.calls_for(task.id.value)
         assert all("cancelled-while-queued" not in text for text in boundary.observed_text_values)
         follow_up = await session.start_task(_request("after-queued-cancel"))

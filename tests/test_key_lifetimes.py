@@ -35,9 +35,11 @@ from harness.errors import CheckpointCleanupError
 from tooling.worker_process import WorkerProcess
 from wire.keys import Keys
 from wire.settings import Settings
+from wire.store import ClaimResult
 from workers.pruning import FULL_SWEEP_EVERY
 
 from .support.boundary import ModelBoundary
+from .support.claims import ClaimCounts
 from .support.start_control import StartBoundary
 from .support.waiting import wait_for
 
@@ -151,7 +153,8 @@ async def test_every_key_a_lifecycle_writes_has_a_ttl_or_an_owner_that_deletes_i
     """Scan the namespace after a lifecycle with every settling path a caller can reach
     (completed, cancelled while running, cancelled while queued, released while running)
     and the release of plain and persistent sessions: each new key either expires or is
-    one of the deployment's shared structures, which hold nothing of these tasks."""
+    one of the deployment's shared structures, which hold nothing of these tasks, or
+    one of its counters (a few fields each, kept for its life)."""
     keys = Keys(settings.namespace)
     before = _namespace_keys(sync_redis, settings)
     task_ids: list[str] = []
@@ -179,7 +182,7 @@ async def test_every_key_a_lifecycle_writes_has_a_ttl_or_an_owner_that_deletes_i
         persistent_sid = persistent.id.value
     # The persistent session's record, fence and checkpoints are its retained context.
     retained = {keys.session(persistent_sid), keys.fence(persistent_sid)}
-    shared = set(keys.shared())
+    shared = set(keys.shared()) | set(keys.statistics())
     new = _namespace_keys(sync_redis, settings) - before
     for key in sorted(new - retained - shared):
         ttl = sync_redis.ttl(key)
@@ -253,8 +256,11 @@ async def test_a_message_delivered_after_its_session_was_released_never_runs_nor
         assert sync_redis.llen(idle_list) == 1
         await session.release()
     assert _keys_naming(sync_redis, sid) == set()
+    claims = ClaimCounts(sync_redis, settings.namespace)
     sync_redis.lmove(idle_list, settings.queue, "RIGHT", "LEFT")
-    await wait_for(lambda: sync_redis.llen(settings.queue) == 0)
+    # The release settled the start; the claim must find it so and issue nothing.
+    since = await claims.consumed(ClaimResult.TERMINAL, 1, "the message of the released start")
+    assert since[ClaimResult.CLAIMED] == 0, since
     await wait_for(lambda: sync_redis.ttl(keys.task(task_id)) > 0, within=30)
     assert sync_redis.hget(keys.task(task_id), "state") == "cancelled"
     assert not sync_redis.exists(keys.fence(sid))

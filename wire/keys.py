@@ -191,6 +191,22 @@ class Keys:
         (malformed body or headers, unknown task name, undecodable body)."""
         return f"{self.namespace}:stats:malformed"
 
+    def claim_counts(self) -> str:
+        """Hash (HINCRBY), owned by the claim script (``claim.lua``), no TTL (kept for the
+        deployment's life; an operator may delete it): how many run messages the claim
+        ended with each result (field: a ``wire.store.ClaimResult`` value, ``claimed``
+        for a run that started, ``busy``, ``terminal``, ``missing``, ... for a message
+        dropped or settled without running), counted in the same step as the claim (a
+        message naming no session whose task has no record is dropped by the worker's
+        lookup before any claim, and counted ``missing`` by the worker). At
+        most one field per result: it never grows with the work."""
+        return f"{self.namespace}:stats:claims"
+
+    def statistics(self) -> tuple[str, ...]:
+        """The deployment's counters: kept for its life by design, no TTL, a few fields
+        each."""
+        return (self.malformed_messages(), self.claim_counts())
+
     # -- control ------------------------------------------------------------------------
     def cancel_channel(self) -> str:
         """Pub/sub channel: task ids whose cancellation was just requested (the durable

@@ -285,6 +285,7 @@ class RecordStore:
                 self.keys.session(session_id),
                 self.keys.running(),
                 self.keys.starting(),
+                self.keys.claim_counts(),
             ],
             args=[
                 token,
@@ -309,6 +310,24 @@ class RecordStore:
             _fields(reply[4]),
             _fields(reply[5]),
         )
+
+    async def count_missing(self) -> None:
+        """Count a message dropped before any claim because it names no session and its
+        task has no record (the claim's ``missing``, found by the lookup instead)."""
+        await self.redis.hincrby(self.keys.claim_counts(), ClaimResult.MISSING.value, 1)
+
+    async def claim_counts(self) -> Mapping[ClaimResult, int]:
+        """How many run messages the claim ended with each result since the deployment
+        began (every result present, 0 if never seen). A field this version does not know
+        (written by a newer worker) is left out."""
+        raw = await self.redis.hgetall(self.keys.claim_counts())
+        known = {result.value: result for result in ClaimResult}
+        counts = dict.fromkeys(ClaimResult, 0)
+        for name, value in raw.items():
+            result = known.get(_text(name))
+            if result is not None:
+                counts[result] = int(_text(value))
+        return counts
 
     async def lapsed_tasks(self) -> list[tuple[str, str]]:
         """``(task id, session id)`` of running tasks whose lease lapsed and whose

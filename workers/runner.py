@@ -124,6 +124,7 @@ class TaskRunner:
             session_id = (await self._store.task_record(task_id)).get("session", "")
             if not session_id:
                 log.warning("task %s has no record; message dropped", task_id)
+                await self._store.count_missing()
                 return
         live = LiveRun(task_id, task=asyncio.current_task())
         self._runs[task_id] = live

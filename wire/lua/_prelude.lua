@@ -22,6 +22,7 @@ local function usage_add(a, b)
 end
 -- A session usage nothing measured (every field unknown) is reported as no snapshot.
 local function usage_snapshot(usage)
+  if usage == nil or usage == cjson.null then return cjson.null end  -- no session record
   for _, f in ipairs(FIELDS) do
     if usage[f] ~= nil and usage[f] ~= cjson.null then return usage end
   end

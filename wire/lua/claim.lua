@@ -1,5 +1,5 @@
 -- KEYS[1] task hash, KEYS[2] session lease, KEYS[3] session fence counter, KEYS[4] events,
--- KEYS[5] session hash, KEYS[6] running set, KEYS[7] starting set
+-- KEYS[5] session hash, KEYS[6] running set, KEYS[7] starting set, KEYS[8] claim statistics
 -- ARGV[1] worker token, ARGV[2] lease milliseconds, ARGV[3] the session id the message names,
 -- ARGV[4] task id, ARGV[5] worker-loss policy ('resume' | 'unresolved'),
 -- ARGV[6] most deliveries, ARGV[7] outcome JSON if the lost run may not resume,
@@ -18,12 +18,18 @@
 -- fence is issued for it ever again) never runs: one never claimed is settled Cancelled
 -- with measured-zero usage (no model was called), a lost run by the lost-run outcome. A
 -- run of it still holding the lease is left to end on its own (busy).
+-- Every result is counted in KEYS[8] (field: the result), in this same step: a test or an
+-- operator can see that a message was consumed by the claim, not only taken off the queue.
 --! include prelude
+local function counted(result)
+  redis.call('HINCRBY', KEYS[8], result, 1)
+  return {result}
+end
 local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return {'missing'} end
-if redis.call('HGET', KEYS[1], 'session') ~= ARGV[3] then return {'missing'} end
+if not state then return counted('missing') end
+if redis.call('HGET', KEYS[1], 'session') ~= ARGV[3] then return counted('missing') end
 redis.call('ZREM', KEYS[7], ARGV[4])
-if TERMINAL[state] then return {'terminal'} end
+if TERMINAL[state] then return counted('terminal') end
 local retention = tonumber(ARGV[9])
 local flags = redis.call('HMGET', KEYS[5], 'closed', 'persistent')
 local released = redis.call('EXISTS', KEYS[5]) == 0 or (flags[1] == '1' and flags[2] ~= '1')
@@ -37,9 +43,9 @@ if released and (state == 'starting' or not held) then
     settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], KEYS[7], ARGV[4], 'unresolved',
            cjson.decode(ARGV[7]), '', false, retention)
   end
-  return {'released'}
+  return counted('released')
 end
-if held then return {'busy'} end
+if held then return counted('busy') end
 local previous = state
 if state == 'running' and redis.call('HGET', KEYS[1], 'handed_back') == '1' then
   previous = 'handed_back'
@@ -50,7 +56,7 @@ if state == 'running' and redis.call('HGET', KEYS[1], 'handed_back') == '1' then
     local outcome = {type='cancelled', task_id=ARGV[4], output=cjson.null, usage=unknown}
     settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], KEYS[7], ARGV[4], 'cancelled', outcome,
            '', false, retention)
-    return {'cancelled'}
+    return counted('cancelled')
   end
 elseif state == 'running' then
   -- A lost run of a task whose cancellation was requested is not resumed: nobody saw
@@ -58,12 +64,12 @@ elseif state == 'running' then
   if ARGV[5] ~= 'resume' or redis.call('HGET', KEYS[1], 'cancel') == '1' then
     settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], KEYS[7], ARGV[4], 'unresolved',
            cjson.decode(ARGV[7]), '', false, retention)
-    return {'lost'}
+    return counted('lost')
   end
   if tonumber(redis.call('HGET', KEYS[1], 'deliveries') or '0') >= tonumber(ARGV[6]) then
     settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], KEYS[7], ARGV[4], 'failed',
            cjson.decode(ARGV[8]), '', false, retention)
-    return {'exhausted'}
+    return counted('exhausted')
   end
 end
 local deliveries = redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
@@ -78,5 +84,6 @@ redis.call('ZADD', KEYS[6], now, ARGV[4])
 if state == 'starting' then
   redis.call('XADD', KEYS[4], '*', 'k', 'e', 't', 'started', 'd', '{}')
 end
+redis.call('HINCRBY', KEYS[8], 'claimed', 1)
 return {'claimed', value, previous, deliveries, redis.call('HGETALL', KEYS[1]),
         redis.call('HGETALL', KEYS[5])}
