@@ -23,6 +23,7 @@ from wire.keys import Keys
 from wire.settings import Settings
 
 from .boundary import ModelBoundary
+from .controlled_model import SCOPE
 from .waiting import wait_for
 
 
@@ -41,13 +42,16 @@ async def prove_a_sweep(
     A task run on the deployment's queue first proves that a worker serves (in-process
     workers start their loop, and with it their sweeper, on their first task). Returns
     the canary's task id."""
-    async with CeleryHarness(settings, profile="confirmed") as harness:
+    # Stamped with the boundary's scope, the canary's calls are seen by a scoped boundary
+    # too (without making an unscoped one strict).
+    scoped = {SCOPE: boundary.scope}
+    async with CeleryHarness(settings, profile="confirmed", run_metadata=scoped) as harness:
         session = await harness.create_session(SessionSpec())
         serving = await session.start_task(TaskRequest(TextInput("sweep-serving")))
         async with asyncio.timeout(within):
             await serving.await_outcome()
     side = settings.model_copy(update={"queue": f"{settings.queue}.canary.{uuid4().hex[:6]}"})
-    async with CeleryHarness(side, profile="confirmed") as harness:
+    async with CeleryHarness(side, profile="confirmed", run_metadata=scoped) as harness:
         session = await harness.create_session(SessionSpec())
         task = await session.start_task(TaskRequest(TextInput("sweep-canary")))
         canary = task.id.value
