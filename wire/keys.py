@@ -117,7 +117,8 @@ class Keys:
         return f"{self.namespace}:task:"
 
     def task(self, task_id: str) -> str:
-        """Hash: the task record (session, state, input, whether its publish was confirmed,
+        """Hash: the task record (session, state, input, whether its publish was confirmed
+        (``published``: 0 pending, 1 confirmed, ``unconfirmed`` as the caller reported),
         cancel flag, fence, deliveries, claim time, recovery hold-off, whether a stopping
         worker handed it back, last appended batch, the answer text streamed so far
         (``partial``, kept as the output of an outcome other than Completed), outcome). A

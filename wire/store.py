@@ -260,8 +260,10 @@ class RecordStore:
         """The publish of the task's run message returned OK (see ``confirm_start.lua``)."""
         await self._confirm(keys=[self.keys.task(task_id)])
 
-    async def block_unconfirmed(self, session_id: str, reference: str) -> None:
-        await self._block(keys=[self.keys.session(session_id)], args=[reference])
+    async def block_unconfirmed(self, session_id: str, task_id: str) -> None:
+        """Block the session behind the start of ``task_id`` whose delivery is unknown."""
+        keys = [self.keys.session(session_id), self.keys.task(task_id)]
+        await self._block(keys=keys, args=[task_id])
 
     # -- worker side --------------------------------------------------------------------
     async def cancel_recorded(self, task_id: str) -> bool:

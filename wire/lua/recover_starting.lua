@@ -7,8 +7,12 @@
 -- its message provably reached the broker: its publish was confirmed ('published' = 1,
 -- written by the caller once the publish returned), or the message is seen now (in a
 -- queue list: still waiting; in kombu's unacked hash: taken by a worker and not claimed).
--- A start whose publish is unconfirmed and whose message is nowhere may never have been
--- sent: it is never republished (and no longer looked at). Each task is looked at once
+-- A start the caller reported unconfirmed ('published' = 'unconfirmed') whose message is
+-- nowhere may never have been sent: it is never republished (and no longer looked at).
+-- One whose mark is still pending ('0': the caller's confirmation, or its report of an
+-- unconfirmed start, has not landed yet, e.g. refused at maxmemory) is looked at again
+-- one unclaimed period later: it is never republished unconfirmed, nor dropped while
+-- its caller may still confirm it. Each task is looked at once
 -- per unclaimed period, and the broker is read only when some task is due. Returns
 -- {task id, session id, ...} to publish again; nothing when the broker holds more than
 -- ARGV[4] messages (they are most likely waiting).
@@ -52,6 +56,8 @@ for _, task in ipairs(due) do
     redis.call('HSET', key, 'published', '1', 'recover_at', now + tonumber(ARGV[3]))
     table.insert(out, task[1])
     table.insert(out, task[2])
+  elseif task[3] == '0' then
+    redis.call('HSET', key, 'recover_at', now + tonumber(ARGV[2]))
   else
     redis.call('ZREM', KEYS[1], task[1])
   end
