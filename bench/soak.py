@@ -325,7 +325,10 @@ class Chaos:
             victim = self.rng.choice(running)
             pgid = victim.pid
             assert pgid is not None
-            if self.rng.random() < self.pause_share:
+            # The first fault is a stall when stalls are asked for, so even a short run
+            # has one; later ones are drawn.
+            first = not self.kills and not self.pauses and not self.paused
+            if self.pause_share > 0 and (first or self.rng.random() < self.pause_share):
                 stall = LEASE_TTL.total_seconds() * self.rng.uniform(1.5, 2.5)
                 resume = asyncio.create_task(self._pause(victim, pgid, stall))
                 resumes.add(resume)
