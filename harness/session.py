@@ -164,7 +164,7 @@ class CelerySession(AgentSession):
             )
         if result is not StartResult.OK:
             raise SessionBlockedError(self._id, f"session cannot start tasks: {result.value}")
-        task = CeleryTask(self, task_id)
+        task = CeleryTask(self.runtime, self._id, task_id)
         try:
             await self.runtime.publisher.publish(task_id.value, self._id.value)
         except PublishError as error:

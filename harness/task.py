@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from agent_harness_protocol import (
     AgentTask,
@@ -58,9 +58,7 @@ from wire.store import CancelResult, SettleResult
 from .errors import RemoteTaskError
 from .fanout import BoundedFanout
 from .redis_errors import reported
-
-if TYPE_CHECKING:
-    from .session import CelerySession
+from .runtime import CallerRuntime
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +82,12 @@ class CeleryTask(AgentTask, TaskDiagnostics):
     """Seconds the event reader keeps reconnecting to an unreachable Redis before this
     handle settles ``Unresolved(OBSERVATION_LOST)``."""
 
-    def __init__(self, session: CelerySession, task_id: TaskId) -> None:
-        self._session = session
-        self._runtime = session.runtime
+    def __init__(self, runtime: CallerRuntime, session_id: SessionId, task_id: TaskId) -> None:
+        """A handle on task ``task_id`` of session ``session_id``. It shares the harness's
+        ``runtime`` with its session's handle and never holds that handle: everything it
+        needs of the session is its id and the records in Redis."""
+        self._runtime = runtime
+        self._session_id = session_id
         self._id = task_id
         self._state = TaskState.STARTING
         self._outcome: asyncio.Future[TaskOutcome] = asyncio.get_running_loop().create_future()
@@ -107,7 +108,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
 
     @property
     def session_id(self) -> SessionId:
-        return self._session.id
+        return self._session_id
 
     @property
     def state(self) -> TaskState:
@@ -142,7 +143,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             return
         with reported("the cancellation was not recorded"):
             result, payload = await self._runtime.store.cancel(
-                self._session.id.value, self._id.value
+                self._session_id.value, self._id.value
             )
         self._cancel_recorded = True
         if result is CancelResult.SETTLED:
@@ -186,7 +187,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         outcome = Unresolved(self._id, reason, known)
         try:
             settlement = await self._runtime.store.settle(
-                self._session.id.value,
+                self._session_id.value,
                 self._id.value,
                 TaskState.UNRESOLVED.value,
                 outcome_to_json(outcome),
