@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any, cast
 
 from agent_harness_protocol import (
@@ -42,6 +43,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from wire.backoff import Outage
 from wire.codec import (
     DIAGNOSTIC,
     RemoteCause,
@@ -62,8 +64,8 @@ from .runtime import CallerRuntime
 
 log = logging.getLogger(__name__)
 
-_RECONNECT_FIRST_DELAY = 0.05
-_RECONNECT_MAX_DELAY = 2.0
+_RECONNECT_FIRST_DELAY = timedelta(milliseconds=50)
+_RECONNECT_MAX_DELAY = timedelta(seconds=2)
 
 _STATE_OF_TERMINAL = {
     "TaskCompleted": TaskState.COMPLETED,
@@ -274,9 +276,13 @@ class CeleryTask(AgentTask, TaskDiagnostics):
     async def _follow(self, confirm: bool) -> None:
         key = self._runtime.keys.events(self._id.value)
         last = "0-0"
-        loop = asyncio.get_running_loop()
-        failing_since: float | None = None
-        delay = _RECONNECT_FIRST_DELAY
+        outage = Outage(
+            f"event stream of task {self._id.value}",
+            first=_RECONNECT_FIRST_DELAY,
+            cap=_RECONNECT_MAX_DELAY,
+            window=timedelta(seconds=self.reconnect_window),
+            logger=log,
+        )
         while not self._outcome.done():
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -284,31 +290,16 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             try:
                 reply, confirm = await self._next_entries(key, last, confirm)
             except (RedisConnectionError, RedisTimeoutError) as error:
-                now = loop.time()
-                if failing_since is None:
-                    failing_since = now
-                    log.warning(
-                        "event stream of task %s: %s: %s; reconnecting from entry %s",
-                        self._id.value,
-                        type(error).__name__,
-                        error,
-                        last,
+                if not outage.failing:
+                    log.info(
+                        "event stream of task %s: reconnecting from entry %s", self._id.value, last
                     )
-                remaining = failing_since + self.reconnect_window - now
-                if remaining <= 0:
-                    self._lose_observation(now - failing_since, error)
+                if outage.exhausted():
+                    self._lose_observation(outage.seconds(), error)
                     return
-                await asyncio.sleep(min(delay, remaining))
-                delay = min(delay * 2, _RECONNECT_MAX_DELAY)
+                await outage.back_off(error)
                 continue
-            if failing_since is not None:
-                log.info(
-                    "event stream of task %s: reconnected after %.1f s",
-                    self._id.value,
-                    loop.time() - failing_since,
-                )
-                failing_since = None
-                delay = _RECONNECT_FIRST_DELAY
+            outage.recovered()
             streams = cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply or [])
             for _, entries in streams:
                 for entry_id, fields in entries:
