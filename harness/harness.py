@@ -292,11 +292,15 @@ def _raise_for_reopen(session_id: SessionId, result: ReopenResult, detail: str) 
         raise UnknownPersistentSessionError(session_id.value)
     if result is ReopenResult.PROFILE:
         raise PersistentConfigurationError(
-            "reference", "the context belongs to another agent profile or profile version"
+            session_id.value,
+            "reference",
+            "the context belongs to another agent profile or profile version",
         )
     if result is ReopenResult.CONFIGURED:
         raise PersistentConfigurationError(
-            "spec", "another open handle of this context uses a different configuration"
+            session_id.value,
+            "spec",
+            "another open handle of this context uses a different configuration",
         )
     if result is ReopenResult.UNCONFIRMED:
         raise SessionBlockedError(
@@ -307,10 +311,8 @@ def _raise_for_reopen(session_id: SessionId, result: ReopenResult, detail: str) 
             session_id, "a previous graph run has not ended although its task was settled"
         )
     if result is ReopenResult.BUSY:
-        raise SessionBusyError(f"session {session_id.value} is running task {detail}")
-    raise StoredHistoryUnavailableError(
-        f"the checkpoint history of session {session_id.value} is not in storage"
-    )
+        raise SessionBusyError(session_id.value, detail)
+    raise StoredHistoryUnavailableError(session_id.value)
 
 
 __all__ = ["CeleryHarness"]

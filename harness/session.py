@@ -153,7 +153,7 @@ class CelerySession(AgentSession):
                 self._undo = task_id.value
             raise transport_error(error, "the task was not started") from error
         if result is StartResult.BUSY:
-            raise SessionBusyError(f"session {self._id.value} is running task {detail}")
+            raise SessionBusyError(self._id.value, detail)
         if result is StartResult.OUTLIVED:
             raise SessionBlockedError(
                 self._id, "a previous graph run has not ended although its task was settled"

@@ -61,6 +61,10 @@ async def test_two_harnesses_racing_start_task_never_run_two_graphs_on_one_threa
             errors = [result for result in results if isinstance(result, BaseException)]
             assert len(tasks) == 1, results
             assert all(isinstance(error, SessionBusyError) for error in errors), errors
+            for error in errors:  # the busy error names the session and the task holding it
+                assert isinstance(error, SessionBusyError)
+                assert (error.session_id, error.task_id) == (session.id.value, tasks[0].id.value)
+                assert tasks[0].id.value in str(error)
             started += 1
             assert isinstance(await tasks[0].await_outcome(), Completed)
         assert boundary.overlaps == 0

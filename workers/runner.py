@@ -276,11 +276,12 @@ class TaskRunner:
         name = session.get("profile", "")
         profile = self._profiles.get(name)
         if profile is None:
-            raise ProfileMismatchError(f"this worker has no profile {name!r}")
+            raise ProfileMismatchError(name, f"this worker has no profile {name!r}")
         if profile.digest != session.get("profile_digest"):
             raise ProfileMismatchError(
+                name,
                 f"profile {name!r} differs between the caller and this worker; "
-                "deploy the same profile registry to both"
+                "deploy the same profile registry to both",
             )
         return profile
 
@@ -297,10 +298,10 @@ class TaskRunner:
             except (RedisConnectionError, RedisTimeoutError) as error:
                 log.warning("task %s: cancel flag unreadable (%s)", live.task_id, error)
         if live.cancel_requested.is_set():
-            raise RunCancelledError(f"task {live.task_id}: cancelled before the model call")
+            raise RunCancelledError(live.task_id)
         if live.lease_lost.is_set():
             # The next holder runs the turn; this run must not call the model any more.
-            raise StaleLeaseError(f"task {live.task_id}: lease lost before the model call")
+            raise StaleLeaseError("lease lost before the model call", task_id=live.task_id)
 
     async def _supervise(
         self,
