@@ -50,6 +50,7 @@ from harness.errors import SessionBusyError
 from tooling.worker_process import PROJECT_ROOT, WorkerProcess, settings_environment
 from wire.celery_config import RUN_TASK, celery_config
 from wire.keys import Keys
+from wire.records import TaskField
 from wire.settings import Settings, WorkerLossPolicy
 
 from .support.boundary import ModelBoundary
@@ -160,7 +161,9 @@ async def test_sigkill_mid_task_resumes_from_the_last_checkpoint_each_time(
         for kill in range(1, 3):
             await _until(lambda n=kill: len(boundary.calls_for(task.id.value)) >= n)
             call = boundary.calls_for(task.id.value)[-1]
-            fences.append(int(_task_record(sync_redis, pool.settings, task.id.value)["fence"]))
+            fences.append(
+                int(_task_record(sync_redis, pool.settings, task.id.value)[TaskField.FENCE])
+            )
             await asyncio.to_thread(pool.replace, pool.owner_of(int(str(call["pid"]))))
         await _until(lambda: len(boundary.calls_for(task.id.value)) >= 3)
         boundary.release()
@@ -174,8 +177,8 @@ async def test_sigkill_mid_task_resumes_from_the_last_checkpoint_each_time(
         assert isinstance(seen[-1], TerminalEvent)
         assert sum(isinstance(event, Warning) for event in seen) == 2
         record = _task_record(sync_redis, pool.settings, task.id.value)
-        assert record["deliveries"] == "3"
-        assert fences[0] < fences[1] < int(record["fence"])
+        assert record[TaskField.DELIVERIES] == "3"
+        assert fences[0] < fences[1] < int(record[TaskField.FENCE])
         assert _terminal_entries(sync_redis, pool.settings, task.id.value) == 1
         # Every run saw the earlier turn from the checkpoint, and the input exactly once.
         calls = boundary.calls_for(task.id.value)
@@ -234,7 +237,7 @@ async def test_poison_task_fails_after_a_bounded_number_of_deliveries(
         assert "max_deliveries" in outcome.message
         assert len(boundary.calls_for(task.id.value)) == pool.settings.max_deliveries
         record = _task_record(sync_redis, pool.settings, task.id.value)
-        assert record["deliveries"] == str(pool.settings.max_deliveries)
+        assert record[TaskField.DELIVERIES] == str(pool.settings.max_deliveries)
         assert _terminal_entries(sync_redis, pool.settings, task.id.value) == 1
         # The pool (its pool children were replaced by Celery) still serves the session.
         healthy = await session.start_task(TaskRequest(TextInput("after-poison")))
@@ -307,7 +310,7 @@ async def test_a_duplicate_delivery_never_starts_a_second_run(
             boundary.hold()
             task = await session.start_task(TaskRequest(TextInput("delivered-twice")))
             await _until(lambda: bool(boundary.calls_for(task.id.value)))
-            fence = _task_record(sync_redis, settings, task.id.value)["fence"]
+            fence = _task_record(sync_redis, settings, task.id.value)[TaskField.FENCE]
             for _ in range(3):
                 await asyncio.to_thread(deliver_again, task.id.value, session.id.value)
             # Let the copies reach the free worker slots and be dropped.
@@ -319,8 +322,8 @@ async def test_a_duplicate_delivery_never_starts_a_second_run(
             await _until(lambda: sync_redis.llen(settings.queue) == 0, what="late copy consumed")
             await asyncio.sleep(0.5)
             record = _task_record(sync_redis, settings, task.id.value)
-            assert record["deliveries"] == "1"
-            assert record["fence"] == fence
+            assert record[TaskField.DELIVERIES] == "1"
+            assert record[TaskField.FENCE] == fence
             assert len(boundary.calls_for(task.id.value)) == 1
             assert _terminal_entries(sync_redis, settings, task.id.value) == 1
             assert boundary.overlaps == 0
@@ -395,7 +398,9 @@ async def test_a_killed_caller_does_not_stop_its_task_and_another_process_reopen
             await harness.reopen_session(reference, PERSISTENT)
         boundary.release()
         await _until(
-            lambda: _task_record(sync_redis, pool.settings, task_id).get("state") == "completed"
+            lambda: (
+                _task_record(sync_redis, pool.settings, task_id).get(TaskField.STATE) == "completed"
+            )
         )
         session = await harness.reopen_session(reference, PERSISTENT)
         assert session.persistent_ref == reference

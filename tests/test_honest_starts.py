@@ -43,6 +43,7 @@ from tooling.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from tooling.worker_process import WorkerProcess
 from wire.codec import dumps
 from wire.keys import Keys
+from wire.records import TaskField
 from wire.redis_options import pool_options
 from wire.settings import Settings
 from wire.store import RecordStore, StartResult
@@ -105,15 +106,15 @@ async def test_an_unconfirmed_start_that_never_reached_the_broker_never_runs(
         assert not boundary.calls_for(lost)
         assert not _ran(boundary, "never-reached-the-broker")
         record = sync_redis.hgetall(keys.task(lost))
-        assert record.get("state") == "starting", record  # the caller can still read it
-        assert record.get("deliveries") == "0", record
+        assert record.get(TaskField.STATE) == "starting", record  # the caller can still read it
+        assert record.get(TaskField.DELIVERIES) == "0", record
         with pytest.raises(SessionBlockedError):
             await session.start_task(_text("must-not-resubmit"))
 
         # Released: the start can never run any more, and its record says so.
         await session.release()
         record = sync_redis.hgetall(keys.task(lost))
-        assert record.get("state") == "cancelled", record
+        assert record.get(TaskField.STATE) == "cancelled", record
         await watch_past_sweeps(settings, boundary, sync_redis)
         assert not _ran(boundary, "never-reached-the-broker")
 
@@ -157,7 +158,7 @@ async def test_an_unconfirmed_start_delivered_after_its_session_was_released_nev
         assert not boundary.calls_for(late)
         assert not _ran(boundary, "delivered-after-release")
         record = sync_redis.hgetall(keys.task(late))
-        assert record.get("state") == "cancelled", record
+        assert record.get(TaskField.STATE) == "cancelled", record
 
 
 async def test_a_claim_of_a_released_sessions_task_settles_it_cancelled_without_running(
@@ -184,14 +185,15 @@ async def test_a_claim_of_a_released_sessions_task_settles_it_cancelled_without_
             await session.release()
             await publisher.publish(task_id, session.id.value)
             await wait_for(
-                lambda: sync_redis.hget(keys.task(task_id), "state") != "starting", within=30
+                lambda: sync_redis.hget(keys.task(task_id), TaskField.STATE) != "starting",
+                within=30,
             )
             await watch_past_sweeps(settings, boundary, sync_redis)
             assert not boundary.calls_for(task_id)
             assert not _ran(boundary, "claimed-after-release")
             record = sync_redis.hgetall(keys.task(task_id))
-            assert record.get("state") == "cancelled", record
-            outcome = json.loads(record["outcome"])
+            assert record.get(TaskField.STATE) == "cancelled", record
+            outcome = json.loads(record[TaskField.OUTCOME])
             assert outcome["type"] == "cancelled", outcome
             assert outcome["usage"]["total_tokens"] == 0, outcome
     finally:
@@ -405,8 +407,8 @@ async def test_starts_during_a_redis_outage_are_reported_and_never_run(
             if str(key).endswith(":events"):
                 continue
             record = own_client.hgetall(key)
-            if "outage-before" in record.get("input", ""):
-                assert record.get("state") != "running", record
+            if "outage-before" in record.get(TaskField.INPUT, ""):
+                assert record.get(TaskField.STATE) != "running", record
 
         # Both sessions whose start failed are usable again.
         for session in (refused, rolled_back):
@@ -485,7 +487,7 @@ async def test_a_cancel_whose_write_failed_is_retried_and_recorded(
         finally:
             await asyncio.to_thread(own_redis.start)
         await task.request_cancellation()
-        assert own_client.hget(keys.task(task.id.value), "cancel") == "1"
+        assert own_client.hget(keys.task(task.id.value), TaskField.CANCEL) == "1"
         async with asyncio.timeout(60):
             outcome = await task.await_outcome()
         assert isinstance(outcome, Cancelled), outcome

@@ -23,6 +23,7 @@ from harness import CeleryHarness, SessionBusyError
 from harness.session import CelerySession
 from wire.codec import loads, outcome_to_json
 from wire.keys import Keys
+from wire.records import TaskField
 from wire.settings import Settings
 from wire.store import RecordStore
 
@@ -106,8 +107,8 @@ async def test_worker_whose_lease_was_taken_over_cannot_write_event_checkpoint_o
         await asyncio.sleep(1.5)  # ample time for the stale run to attempt every write
         assert _terminal_entries(sync_redis, keys, task.id.value) == ["started"]
         record = sync_redis.hgetall(keys.task(task.id.value))
-        assert record["state"] == "running"  # type: ignore[index]
-        assert "outcome" not in record  # type: ignore[operator]
+        assert record[TaskField.STATE] == "running"  # type: ignore[index]
+        assert TaskField.OUTCOME not in record  # type: ignore[operator]
         saver = AsyncRedisSaver(redis_url=settings.redis_url)
         await saver.asetup()
         stored = await saver.aget_tuple({"configurable": {"thread_id": session.id.value}})
@@ -189,7 +190,7 @@ async def test_every_task_has_exactly_one_terminal_event_and_it_is_last(
             tags = _terminal_entries(sync_redis, keys, task.id.value)  # type: ignore[attr-defined]
             assert tags.count("terminal") == 1, tags
             assert tags[-1] == "terminal"
-            stored = loads(sync_redis.hget(keys.task(task.id.value), "outcome"))  # type: ignore[attr-defined,arg-type]
+            stored = loads(sync_redis.hget(keys.task(task.id.value), TaskField.OUTCOME))  # type: ignore[attr-defined,arg-type]
             outcome = await task.await_outcome()  # type: ignore[attr-defined]
             assert stored["task_id"] == outcome.task_id.value
             assert task.state.is_terminal  # type: ignore[attr-defined]
