@@ -129,6 +129,7 @@ from harness import CeleryHarness  # noqa: E402
 from tooling.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig  # noqa: E402
 from tooling.worker_process import WorkerProcess  # noqa: E402
 from wire.keys import Keys  # noqa: E402
+from wire.records import TaskField  # noqa: E402
 from wire.settings import Settings  # noqa: E402
 
 console = Console(highlight=False, soft_wrap=True)
@@ -745,7 +746,7 @@ async def check(
             record = records[result.task_id]
             if result.outcome is not None:
                 want = type(result.outcome).__name__.lower()
-                if record.get("state") != want:
+                if record.get(TaskField.STATE) != want:
                     mismatched.append(f"{result.task_id}: caller {want}, record {record}")
             if isinstance(result.outcome, Completed):
                 output = result.outcome.output
@@ -803,10 +804,10 @@ async def check(
         resumed = []
         for result in results:
             record = records[result.task_id]
-            if int(record.get("deliveries", "0") or 0) <= 1:
+            if int(record.get(TaskField.DELIVERIES, "0") or 0) <= 1:
                 continue
             resumed.append(result.task_id)
-            claimed_us = int(record["claimed_ms"]) * 1000
+            claimed_us = int(record[TaskField.CLAIMED_MS]) * 1000
             cut = [
                 c
                 for c in calls_by_task[result.task_id]

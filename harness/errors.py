@@ -3,18 +3,24 @@
 The protocol's own errors (``IncompatibleRequirementError``, ``SessionBlockedError``,
 ``HarnessTransportError``, ``TaskStartUnconfirmedError`` ...) come from
 ``agent_harness_protocol`` and are raised unchanged. Everything this package adds
-descends from one root::
+descends from one root, and each error carries the ids it is about as attributes (and in
+its message)::
 
     CeleryHarnessError (RuntimeError)
     ├── CheckpointCleanupError      stored context of released sessions may remain
+    │                               (``failures`` by session id)
     ├── RemoteTaskError             the worker-side exception behind a Failed outcome
     ├── SessionBusyError            another task of the session has not settled yet
+    │                               (``session_id``, the busy ``task_id``)
     ├── UnknownPersistentSessionError   (also IncompatibleRequirementError) a reference
     │                               names no persistent context of this namespace
+    │                               (``session_id``)
     ├── PersistentConfigurationError    (also IncompatibleRequirementError) reopening
     │                               would change the context's profile or configuration
+    │                               (``session_id``)
     ├── StoredHistoryUnavailableError   (also HarnessTransportError) the context's
     │                               checkpoint history is missing from storage
+    │                               (``session_id``)
     └── RedisModulesMissingError    (also HarnessTransportError) the deployment's Redis
                                     lacks the Query Engine or JSON checkpoints need
 """
@@ -66,7 +72,17 @@ class RemoteTaskError(CeleryHarnessError):
 
 
 class SessionBusyError(CeleryHarnessError):
-    """A session runs one task at a time; the previous task has not settled."""
+    """A session runs one task at a time; the previous task has not settled.
+
+    Attributes:
+        session_id: The busy session.
+        task_id: Its task that has not settled (await it, or cancel it, then start again).
+    """
+
+    def __init__(self, session_id: str, task_id: str) -> None:
+        self.session_id = session_id
+        self.task_id = task_id
+        super().__init__(f"session {session_id} is running task {task_id}")
 
 
 class UnknownPersistentSessionError(CeleryHarnessError, IncompatibleRequirementError):
@@ -74,6 +90,7 @@ class UnknownPersistentSessionError(CeleryHarnessError, IncompatibleRequirementE
     not persistent, or deleted); nothing was created in its place."""
 
     def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
         IncompatibleRequirementError.__init__(
             self,
             [CompatibilityIssue("reference.id", f"no persistent context {session_id!r} exists")],
@@ -83,13 +100,20 @@ class UnknownPersistentSessionError(CeleryHarnessError, IncompatibleRequirementE
 class PersistentConfigurationError(CeleryHarnessError, IncompatibleRequirementError):
     """Reopening would change what the open handles of the context rely on."""
 
-    def __init__(self, path: str, message: str) -> None:
-        IncompatibleRequirementError.__init__(self, [CompatibilityIssue(path, message)])
+    def __init__(self, session_id: str, path: str, message: str) -> None:
+        self.session_id = session_id
+        IncompatibleRequirementError.__init__(
+            self, [CompatibilityIssue(path, f"persistent context {session_id}: {message}")]
+        )
 
 
 class StoredHistoryUnavailableError(CeleryHarnessError, HarnessTransportError):
     """The context has completed turns but its checkpoint history is not in storage
     (restore the checkpoint keys, then reopen again)."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"the checkpoint history of session {session_id} is not in storage")
 
 
 class RedisModulesMissingError(CeleryHarnessError, HarnessTransportError):

@@ -30,6 +30,7 @@ from wire.codec import dumps, run_metadata_json, spec_to_json, usage_to_json
 from wire.keys import is_valid_id
 from wire.profiles import AgentProfile, load_profiles, resolve_profile
 from wire.provider import PROVIDER
+from wire.records import SessionField
 from wire.settings import Settings
 from wire.store import ReopenResult
 
@@ -163,15 +164,15 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         await runtime.store.create_session(
             session_id.value,
             {
-                "spec": dumps(spec_to_json(spec)),
-                "profile": self._profile.name,
-                "profile_digest": self._profile.digest,
-                "persistent": "1" if persistent else "0",
-                "active": "",
-                "closed": "0",
-                "turns": "0",
-                "usage": dumps(usage_to_json(AgentUsage.ZERO)),
-                "metadata": self._run_metadata,
+                SessionField.SPEC: dumps(spec_to_json(spec)),
+                SessionField.PROFILE: self._profile.name,
+                SessionField.PROFILE_DIGEST: self._profile.digest,
+                SessionField.PERSISTENT: "1" if persistent else "0",
+                SessionField.ACTIVE: "",
+                SessionField.CLOSED: "0",
+                SessionField.TURNS: "0",
+                SessionField.USAGE: dumps(usage_to_json(AgentUsage.ZERO)),
+                SessionField.METADATA: self._run_metadata,
             },
         )
         if handle_id is not None:
@@ -292,11 +293,15 @@ def _raise_for_reopen(session_id: SessionId, result: ReopenResult, detail: str) 
         raise UnknownPersistentSessionError(session_id.value)
     if result is ReopenResult.PROFILE:
         raise PersistentConfigurationError(
-            "reference", "the context belongs to another agent profile or profile version"
+            session_id.value,
+            "reference",
+            "the context belongs to another agent profile or profile version",
         )
     if result is ReopenResult.CONFIGURED:
         raise PersistentConfigurationError(
-            "spec", "another open handle of this context uses a different configuration"
+            session_id.value,
+            "spec",
+            "another open handle of this context uses a different configuration",
         )
     if result is ReopenResult.UNCONFIRMED:
         raise SessionBlockedError(
@@ -307,10 +312,8 @@ def _raise_for_reopen(session_id: SessionId, result: ReopenResult, detail: str) 
             session_id, "a previous graph run has not ended although its task was settled"
         )
     if result is ReopenResult.BUSY:
-        raise SessionBusyError(f"session {session_id.value} is running task {detail}")
-    raise StoredHistoryUnavailableError(
-        f"the checkpoint history of session {session_id.value} is not in storage"
-    )
+        raise SessionBusyError(session_id.value, detail)
+    raise StoredHistoryUnavailableError(session_id.value)
 
 
 __all__ = ["CeleryHarness"]

@@ -7,10 +7,10 @@ import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from uuid import uuid4
 
-from agent_harness_protocol import HarnessTransportError
+from agent_harness_protocol import HarnessTransportError, SessionId
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -31,8 +31,18 @@ log = logging.getLogger(__name__)
 PublisherFactory = Callable[[Settings], Publisher]
 """Builds the harness's publisher (default: :class:`TaskPublisher`, Celery to Redis)."""
 
-if TYPE_CHECKING:
-    from .session import CelerySession
+
+class OpenSession(Protocol):
+    """What the harness's closing needs of an open session handle. The runtime knows its
+    sessions only through this, so it never imports the session module: handles share the
+    runtime, the runtime holds no handle's internals."""
+
+    @property
+    def id(self) -> SessionId: ...
+
+    async def release(self) -> None: ...
+
+    async def force_unresolved_cleanup(self) -> None: ...
 
 
 def _observe(task: asyncio.Future[Any]) -> None:
@@ -42,13 +52,18 @@ def _observe(task: asyncio.Future[Any]) -> None:
 
 @dataclass(eq=False)
 class CallerRuntime:
+    """The one object a harness shares with its session and task handles: settings,
+    clients, the record store, the publisher, the open sessions and background work.
+    Handles reach each other's state only through it (or Redis), never through another
+    handle."""
+
     settings: Settings
     profile: AgentProfile
     keys: Keys
     redis: Redis
     store: RecordStore
     publisher: Publisher
-    sessions: set[CelerySession] = field(default_factory=set)
+    sessions: set[OpenSession] = field(default_factory=set)
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     closed: bool = False
     handles: dict[str, set[str]] = field(default_factory=dict)

@@ -153,7 +153,7 @@ class CelerySession(AgentSession):
                 self._undo = task_id.value
             raise transport_error(error, "the task was not started") from error
         if result is StartResult.BUSY:
-            raise SessionBusyError(f"session {self._id.value} is running task {detail}")
+            raise SessionBusyError(self._id.value, detail)
         if result is StartResult.OUTLIVED:
             raise SessionBlockedError(
                 self._id, "a previous graph run has not ended although its task was settled"
@@ -164,7 +164,7 @@ class CelerySession(AgentSession):
             )
         if result is not StartResult.OK:
             raise SessionBlockedError(self._id, f"session cannot start tasks: {result.value}")
-        task = CeleryTask(self, task_id)
+        task = CeleryTask(self.runtime, self._id, task_id)
         try:
             await self.runtime.publisher.publish(task_id.value, self._id.value)
         except PublishError as error:

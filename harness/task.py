@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, cast
+from datetime import timedelta
+from typing import Any, cast
 
 from agent_harness_protocol import (
     AgentTask,
@@ -42,6 +43,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from wire.backoff import Outage
 from wire.codec import (
     DIAGNOSTIC,
     RemoteCause,
@@ -58,14 +60,12 @@ from wire.store import CancelResult, SettleResult
 from .errors import RemoteTaskError
 from .fanout import BoundedFanout
 from .redis_errors import reported
-
-if TYPE_CHECKING:
-    from .session import CelerySession
+from .runtime import CallerRuntime
 
 log = logging.getLogger(__name__)
 
-_RECONNECT_FIRST_DELAY = 0.05
-_RECONNECT_MAX_DELAY = 2.0
+_RECONNECT_FIRST_DELAY = timedelta(milliseconds=50)
+_RECONNECT_MAX_DELAY = timedelta(seconds=2)
 
 _STATE_OF_TERMINAL = {
     "TaskCompleted": TaskState.COMPLETED,
@@ -84,9 +84,12 @@ class CeleryTask(AgentTask, TaskDiagnostics):
     """Seconds the event reader keeps reconnecting to an unreachable Redis before this
     handle settles ``Unresolved(OBSERVATION_LOST)``."""
 
-    def __init__(self, session: CelerySession, task_id: TaskId) -> None:
-        self._session = session
-        self._runtime = session.runtime
+    def __init__(self, runtime: CallerRuntime, session_id: SessionId, task_id: TaskId) -> None:
+        """A handle on task ``task_id`` of session ``session_id``. It shares the harness's
+        ``runtime`` with its session's handle and never holds that handle: everything it
+        needs of the session is its id and the records in Redis."""
+        self._runtime = runtime
+        self._session_id = session_id
         self._id = task_id
         self._state = TaskState.STARTING
         self._outcome: asyncio.Future[TaskOutcome] = asyncio.get_running_loop().create_future()
@@ -107,7 +110,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
 
     @property
     def session_id(self) -> SessionId:
-        return self._session.id
+        return self._session_id
 
     @property
     def state(self) -> TaskState:
@@ -142,7 +145,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             return
         with reported("the cancellation was not recorded"):
             result, payload = await self._runtime.store.cancel(
-                self._session.id.value, self._id.value
+                self._session_id.value, self._id.value
             )
         self._cancel_recorded = True
         if result is CancelResult.SETTLED:
@@ -186,7 +189,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         outcome = Unresolved(self._id, reason, known)
         try:
             settlement = await self._runtime.store.settle(
-                self._session.id.value,
+                self._session_id.value,
                 self._id.value,
                 TaskState.UNRESOLVED.value,
                 outcome_to_json(outcome),
@@ -273,9 +276,13 @@ class CeleryTask(AgentTask, TaskDiagnostics):
     async def _follow(self, confirm: bool) -> None:
         key = self._runtime.keys.events(self._id.value)
         last = "0-0"
-        loop = asyncio.get_running_loop()
-        failing_since: float | None = None
-        delay = _RECONNECT_FIRST_DELAY
+        outage = Outage(
+            f"event stream of task {self._id.value}",
+            first=_RECONNECT_FIRST_DELAY,
+            cap=_RECONNECT_MAX_DELAY,
+            window=timedelta(seconds=self.reconnect_window),
+            logger=log,
+        )
         while not self._outcome.done():
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -283,31 +290,16 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             try:
                 reply, confirm = await self._next_entries(key, last, confirm)
             except (RedisConnectionError, RedisTimeoutError) as error:
-                now = loop.time()
-                if failing_since is None:
-                    failing_since = now
-                    log.warning(
-                        "event stream of task %s: %s: %s; reconnecting from entry %s",
-                        self._id.value,
-                        type(error).__name__,
-                        error,
-                        last,
+                if not outage.failing:
+                    log.info(
+                        "event stream of task %s: reconnecting from entry %s", self._id.value, last
                     )
-                remaining = failing_since + self.reconnect_window - now
-                if remaining <= 0:
-                    self._lose_observation(now - failing_since, error)
+                if outage.exhausted():
+                    self._lose_observation(outage.seconds(), error)
                     return
-                await asyncio.sleep(min(delay, remaining))
-                delay = min(delay * 2, _RECONNECT_MAX_DELAY)
+                await outage.back_off(error)
                 continue
-            if failing_since is not None:
-                log.info(
-                    "event stream of task %s: reconnected after %.1f s",
-                    self._id.value,
-                    loop.time() - failing_since,
-                )
-                failing_since = None
-                delay = _RECONNECT_FIRST_DELAY
+            outage.recovered()
             streams = cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply or [])
             for _, entries in streams:
                 for entry_id, fields in entries:

@@ -28,6 +28,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from harness import CeleryHarness
 from wire.keys import Keys
+from wire.records import TaskField
 from wire.settings import Settings, WorkerLossPolicy
 
 from .support.boundary import ModelBoundary
@@ -80,7 +81,7 @@ async def test_a_run_handed_back_by_sigterm_completes_on_another_worker(
             assert boundary.was_cancelled(task.id.value)  # the first call was stopped
             assert await asyncio.to_thread(stopping.stop) == 0  # a warm shutdown
             record = _task_record(sync_redis, workers.settings, task.id.value)
-            assert record["deliveries"] == "1"  # the hand-back returned its delivery
+            assert record[TaskField.DELIVERIES] == "1"  # the hand-back returned its delivery
             assert _terminal_entries(sync_redis, workers.settings, task.id.value) == 1
             assert boundary.overlaps == 0
     finally:
@@ -139,10 +140,10 @@ async def test_a_resumed_task_cancelled_before_its_model_call_has_unknown_usage(
             key = Keys(workers.settings.namespace).task(task.id.value)
             watcher = AsyncRedis.from_url(workers.settings.redis_url, decode_responses=True)
             try:
-                fence = await watcher.hget(key, "fence")
+                fence = await watcher.hget(key, TaskField.FENCE)
                 await asyncio.to_thread(workers.owner_of(int(str(first["pid"]))).kill)
                 async with asyncio.timeout(60):
-                    while await watcher.hget(key, "fence") == fence:  # noqa: ASYNC110
+                    while await watcher.hget(key, TaskField.FENCE) == fence:  # noqa: ASYNC110
                         await asyncio.sleep(0.0005)
             finally:
                 await watcher.aclose()

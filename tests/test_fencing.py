@@ -34,6 +34,7 @@ from langgraph.checkpoint.redis.aio import AsyncRedisSaver
 from harness import CeleryHarness
 from tooling.worker_process import WorkerProcess
 from wire.keys import Keys
+from wire.records import TaskField
 from wire.settings import Settings
 from wire.store import RecordStore
 from workers.checkpoints import FencedRedisSaver
@@ -323,14 +324,14 @@ async def test_sigterm_hands_the_lease_back_so_the_requeued_copy_runs_at_once(
         task = await session.start_task(_request("handed-back"))
         await _until(lambda: boundary.calls_for(task.id.value), "the first model call")
         await _start(workers, WorkerProcess(deployment, concurrency=1, name="staying"))
-        fence = int(_record(sync_redis, deployment, task.id.value)["fence"])
+        fence = int(_record(sync_redis, deployment, task.id.value)[TaskField.FENCE])
         stopped_ms = _server_ms(sync_redis)
         os.killpg(leaving.pid, signal.SIGTERM)
         await _until(
-            lambda: int(_record(sync_redis, deployment, task.id.value)["fence"]) > fence,
+            lambda: int(_record(sync_redis, deployment, task.id.value)[TaskField.FENCE]) > fence,
             "the requeued copy's claim",
         )
-        claimed_ms = int(_record(sync_redis, deployment, task.id.value)["claimed_ms"])
+        claimed_ms = int(_record(sync_redis, deployment, task.id.value)[TaskField.CLAIMED_MS])
         assert claimed_ms - stopped_ms < ttl.total_seconds() * 1000 / 2
         boundary.release()
         assert isinstance(await asyncio.wait_for(task.await_outcome(), 60), Completed)

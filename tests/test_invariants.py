@@ -24,6 +24,7 @@ from harness import CeleryHarness, SessionBusyError
 from harness.session import CelerySession
 from wire.codec import loads, outcome_to_json
 from wire.keys import Keys
+from wire.records import TaskField
 from wire.settings import Settings
 from wire.store import ClaimResult, RecordStore
 
@@ -63,6 +64,10 @@ async def test_two_harnesses_racing_start_task_never_run_two_graphs_on_one_threa
             errors = [result for result in results if isinstance(result, BaseException)]
             assert len(tasks) == 1, results
             assert all(isinstance(error, SessionBusyError) for error in errors), errors
+            for error in errors:  # the busy error names the session and the task holding it
+                assert isinstance(error, SessionBusyError)
+                assert (error.session_id, error.task_id) == (session.id.value, tasks[0].id.value)
+                assert tasks[0].id.value in str(error)
             started += 1
             assert isinstance(await tasks[0].await_outcome(), Completed)
         assert boundary.overlaps == 0
@@ -131,8 +136,8 @@ async def test_worker_whose_lease_was_taken_over_cannot_write_event_checkpoint_o
             raise AssertionError("the stale run never reached its end") from None
         assert _terminal_entries(sync_redis, keys, task.id.value) == ["started"]
         record = sync_redis.hgetall(keys.task(task.id.value))
-        assert record["state"] == "running"  # type: ignore[index]
-        assert "outcome" not in record  # type: ignore[operator]
+        assert record[TaskField.STATE] == "running"  # type: ignore[index]
+        assert TaskField.OUTCOME not in record  # type: ignore[operator]
         saver = AsyncRedisSaver(redis_url=settings.redis_url)
         await saver.asetup()
         stored = await saver.aget_tuple({"configurable": {"thread_id": session.id.value}})
@@ -215,7 +220,7 @@ async def test_every_task_has_exactly_one_terminal_event_and_it_is_last(
             tags = _terminal_entries(sync_redis, keys, task.id.value)  # type: ignore[attr-defined]
             assert tags.count("terminal") == 1, tags
             assert tags[-1] == "terminal"
-            stored = loads(sync_redis.hget(keys.task(task.id.value), "outcome"))  # type: ignore[attr-defined,arg-type]
+            stored = loads(sync_redis.hget(keys.task(task.id.value), TaskField.OUTCOME))  # type: ignore[attr-defined,arg-type]
             outcome = await task.await_outcome()  # type: ignore[attr-defined]
             assert stored["task_id"] == outcome.task_id.value
             assert task.state.is_terminal  # type: ignore[attr-defined]

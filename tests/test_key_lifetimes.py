@@ -34,6 +34,7 @@ from harness import CeleryHarness
 from harness.errors import CheckpointCleanupError
 from tooling.worker_process import WorkerProcess
 from wire.keys import Keys
+from wire.records import TaskField
 from wire.settings import Settings
 from wire.store import ClaimResult
 from workers.pruning import FULL_SWEEP_EVERY
@@ -219,10 +220,10 @@ async def test_an_unconfirmed_start_of_a_released_session_never_runs_and_expires
         with pytest.raises(TaskStartUnconfirmedError) as raised:
             await session.start_task(_request("lifetime-unconfirmed-start"))
         task_id = raised.value.reference.request_id
-        assert sync_redis.hget(keys.task(task_id), "state") == "starting"
+        assert sync_redis.hget(keys.task(task_id), TaskField.STATE) == "starting"
         await session.release()
     await wait_for(lambda: sync_redis.ttl(keys.task(task_id)) > 0, within=30)
-    assert sync_redis.hget(keys.task(task_id), "state") == "cancelled"
+    assert sync_redis.hget(keys.task(task_id), TaskField.STATE) == "cancelled"
     _assert_kept_only_for_retention(
         sync_redis, settings, [keys.task(task_id), keys.events(task_id)]
     )
@@ -262,7 +263,7 @@ async def test_a_message_delivered_after_its_session_was_released_never_runs_nor
     since = await claims.consumed(ClaimResult.TERMINAL, 1, "the message of the released start")
     assert since[ClaimResult.CLAIMED] == 0, since
     await wait_for(lambda: sync_redis.ttl(keys.task(task_id)) > 0, within=30)
-    assert sync_redis.hget(keys.task(task_id), "state") == "cancelled"
+    assert sync_redis.hget(keys.task(task_id), TaskField.STATE) == "cancelled"
     assert not sync_redis.exists(keys.fence(sid))
     assert _keys_naming(sync_redis, sid) == set()
     assert not boundary.calls_for(task_id)

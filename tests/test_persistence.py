@@ -35,6 +35,7 @@ from agent_harness_protocol.conformance import (
 
 from harness import CeleryHarness
 from wire.keys import Keys
+from wire.records import TaskField
 from wire.settings import Settings
 
 from .support.boundary import ModelBoundary
@@ -120,8 +121,8 @@ async def _never_ran(binding: PersistenceBinding) -> None:
     for task_id in lost:
         assert not binding.model.calls_for(task_id), task_id
         record = binding.client.hgetall(keys.task(task_id))
-        assert record.get("state") in {None, "starting", "cancelled"}, record
-        assert record.get("deliveries") in {None, "0"}, record
+        assert record.get(TaskField.STATE) in {None, "starting", "cancelled"}, record
+        assert record.get(TaskField.DELIVERIES) in {None, "0"}, record
 
 
 @asynccontextmanager

@@ -31,6 +31,7 @@ from harness import CeleryHarness
 from harness.task import CeleryTask, remote_cause
 from wire.codec import DIAGNOSTIC, event_from_entry
 from wire.keys import Keys
+from wire.records import TaskField
 from wire.settings import Settings
 from wire.store import RecordStore
 from workers.event_sink import EventSink
@@ -79,7 +80,9 @@ async def running_task(redis_url: str) -> AsyncIterator[tuple[RecordStore, str, 
     client = Redis.from_url(redis_url, decode_responses=True)
     keys = Keys(f"sink-{uuid4().hex[:8]}")
     session_id, task_id = uuid4().hex, uuid4().hex
-    await client.hset(keys.task(task_id), mapping={"state": "running", "session": session_id})
+    await client.hset(
+        keys.task(task_id), mapping={TaskField.STATE: "running", TaskField.SESSION: session_id}
+    )
     await client.set(keys.lease(session_id), LEASE, px=60_000)
     await client.xadd(keys.events(task_id), {"k": "e", "t": "started", "d": "{}"})
     yield RecordStore(client, keys), session_id, task_id

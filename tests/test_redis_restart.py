@@ -38,6 +38,7 @@ from tooling.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from tooling.worker_process import WorkerProcess
 from wire.codec import DIAGNOSTIC, event_from_entry
 from wire.keys import Keys
+from wire.records import TaskField
 from wire.redis_options import pool_options
 from wire.settings import Settings
 
@@ -181,7 +182,7 @@ async def test_redis_restart_keeps_queued_and_running_tasks_and_loses_no_event(
                 # Every entry exactly once, in order, and nothing else.
                 assert subscription.received == stored
                 assert not any(isinstance(e, ObservationGap) for e in subscription.received)
-                assert client.hget(keys.task(task_id), "state") == "completed"
+                assert client.hget(keys.task(task_id), TaskField.STATE) == "completed"
                 # Resumed, not rerun: the model was called once per task.
                 assert len(boundary.calls_for(task_id)) == 1
             chunks = [f"chunk{index} " for index in range(STREAM_CHUNKS)]

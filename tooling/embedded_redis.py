@@ -96,7 +96,9 @@ def _check_port_free(port: int) -> None:
         try:
             sock.bind((_HOST, port))
         except OSError as error:
-            raise RedisPortInUseError(f"port {_HOST}:{port} is already in use: {error}") from None
+            raise RedisPortInUseError(
+                port, f"port {_HOST}:{port} is already in use: {error}"
+            ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +237,9 @@ class EmbeddedRedis:
         self._terminate(timedelta(seconds=5))
         tail = self._log_tail()
         if "Address already in use" in tail:
-            raise RedisPortInUseError(f"port {_HOST}:{self._port} is already in use:\n{tail}")
+            raise RedisPortInUseError(
+                self._port, f"port {_HOST}:{self._port} is already in use:\n{tail}"
+            )
         reason = "exited during startup" if exited else problem
         raise EmbeddedRedisError(f"embedded Redis on port {self._port} {reason}; log:\n{tail}")
 

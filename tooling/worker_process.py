@@ -219,7 +219,7 @@ class WorkerProcess:
                 process group is killed and the message carries the log tail.
         """
         if self.running:
-            raise WorkerProcessError(f"worker {self.hostname} is already running")
+            raise WorkerProcessError(self.hostname, f"worker {self.hostname} is already running")
         with self._log_path.open("ab") as log:
             self._log_offset = log.tell()
             self._process = subprocess.Popen(
@@ -239,7 +239,8 @@ class WorkerProcess:
         if problem is not None:
             self.kill()
             raise WorkerProcessError(
-                f"worker {self.hostname} {problem}; log {self._log_path}:\n{self.log_tail()}"
+                self.hostname,
+                f"worker {self.hostname} {problem}; log {self._log_path}:\n{self.log_tail()}",
             )
 
     def _wait_ready(self, timeout: float) -> str | None:

@@ -14,6 +14,7 @@ from redis.commands.core import AsyncScript
 from . import scripts
 from .codec import dumps
 from .keys import Keys
+from .records import SessionField, TaskField
 
 DEFAULT_TASK_RETENTION = timedelta(days=7)
 
@@ -158,11 +159,12 @@ class RecordStore:
         self._prune_starting: AsyncScript = redis.register_script(scripts.PRUNE_STARTING)
 
     # -- sessions ---------------------------------------------------------------------
-    async def create_session(self, session_id: str, fields: Mapping[str, str]) -> None:
-        mapping: dict[Any, Any] = dict(fields)
+    async def create_session(self, session_id: str, fields: Mapping[SessionField, str]) -> None:
+        mapping: dict[Any, Any] = {str(name): value for name, value in fields.items()}
         await self.redis.hset(self.keys.session(session_id), mapping=mapping)
 
     async def session_record(self, session_id: str) -> dict[str, str]:
+        """The session's hash, by :class:`SessionField` name (empty: no such session)."""
         raw = await self.redis.hgetall(self.keys.session(session_id))
         return {_text(key): _text(value) for key, value in raw.items()}
 
@@ -268,9 +270,10 @@ class RecordStore:
     # -- worker side --------------------------------------------------------------------
     async def cancel_recorded(self, task_id: str) -> bool:
         """Whether the task's cancellation has been requested (its durable flag)."""
-        return _text(await self.redis.hget(self.keys.task(task_id), "cancel")) == "1"
+        return _text(await self.redis.hget(self.keys.task(task_id), TaskField.CANCEL)) == "1"
 
     async def task_record(self, task_id: str) -> dict[str, str]:
+        """The task's hash, by :class:`TaskField` name (empty: no such task)."""
         raw = await self.redis.hgetall(self.keys.task(task_id))
         return {_text(key): _text(value) for key, value in raw.items()}
 

@@ -50,7 +50,8 @@ def _required_lease(config: RunnableConfig, thread_id: str) -> SessionLease:
     lease = lease_of(config)
     if lease is None or lease.thread_id != thread_id:
         raise StaleLeaseError(
-            f"checkpoint write refused: the run writing thread {thread_id!r} holds no lease on it"
+            f"checkpoint write refused: the run writing thread {thread_id!r} holds no lease on it",
+            thread_id=thread_id,
         )
     return lease
 

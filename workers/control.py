@@ -29,6 +29,7 @@ from wire import scripts
 from wire.backoff import CONNECTION_ERRORS, Outage
 from wire.keys import Keys
 from wire.messages import MaintenanceReply, MaintenanceRequest
+from wire.records import TaskField
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class CancelListener:
 
     async def _recheck(self) -> None:
         for task_id, run in tuple(self._runs.items()):
-            if _text(await self._redis.hget(self._keys.task(task_id), "cancel")) == "1":
+            if _text(await self._redis.hget(self._keys.task(task_id), TaskField.CANCEL)) == "1":
                 run.cancel_requested.set()
 
 

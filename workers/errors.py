@@ -1,15 +1,21 @@
-"""Errors raised on the worker side.
+"""Errors raised on the worker side; each carries the ids it is about as attributes (and in
+its message).
 
 WorkerError (RuntimeError)
 ├── StaleLeaseError        this run no longer holds its session lease; it must not write
-├── ModelCallCancelledError the cancellation delivered to a model call ended it
+│                          (``thread_id``; ``task_id`` when known)
+├── ModelCallCancelledError the cancellation delivered to a model call ended it (``task_id``)
 ├── RunCancelledError      a recorded cancellation stopped the run at a step boundary
+│                          (``task_id``)
 ├── RuntimeStoppedError    the process's loop stopped while a run was in progress
 ├── FencingUnavailableError checkpoints and leases are configured in different Redis servers
 ├── ProfileMismatchError   the caller's profile declaration differs from this worker's
+│                          (``profile``: its name)
 ├── ModelBuildError        the profile's chat model could not be built
 └── RedisModulesMissingError the checkpoint Redis lacks the Query Engine or JSON
 """
+
+from __future__ import annotations
 
 
 class WorkerError(RuntimeError):
@@ -17,15 +23,44 @@ class WorkerError(RuntimeError):
 
 
 class StaleLeaseError(WorkerError):
-    """The run's lease was taken over or expired: its writes are refused."""
+    """The run's lease was taken over or expired: its writes are refused.
+
+    Attributes:
+        thread_id: The checkpoint thread (session) whose lease the run lost, if known
+            (the message names it).
+        task_id: The task of the run, if known (the message starts with it).
+    """
+
+    def __init__(
+        self, message: str, *, thread_id: str | None = None, task_id: str | None = None
+    ) -> None:
+        self.thread_id = thread_id
+        self.task_id = task_id
+        super().__init__(f"task {task_id}: {message}" if task_id else message)
 
 
 class ModelCallCancelledError(WorkerError):
-    """The model call ended by the cancellation the worker delivered to it."""
+    """The model call ended by the cancellation the worker delivered to it.
+
+    Attributes:
+        task_id: The task whose model call ended.
+    """
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"model call of task {task_id} was cancelled")
 
 
 class RunCancelledError(WorkerError):
-    """A cancellation recorded before a step (the model call) stopped the run there."""
+    """A cancellation recorded before a step (the model call) stopped the run there.
+
+    Attributes:
+        task_id: The cancelled task.
+    """
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"task {task_id}: cancelled before the model call")
 
 
 class RuntimeStoppedError(WorkerError):
@@ -38,7 +73,15 @@ class FencingUnavailableError(WorkerError):
 
 
 class ProfileMismatchError(WorkerError):
-    """The session was created under a profile declaration this worker does not have."""
+    """The session was created under a profile declaration this worker does not have.
+
+    Attributes:
+        profile: The name of the profile the session was created under.
+    """
+
+    def __init__(self, profile: str, message: str) -> None:
+        self.profile = profile
+        super().__init__(message)
 
 
 class ModelBuildError(WorkerError):

@@ -69,7 +69,7 @@ class ModelCalls:
         except asyncio.CancelledError:
             if task.cancelled():
                 # The delivered cancellation ended the model call; end the run with it.
-                raise ModelCallCancelledError(f"model call of task {key} was cancelled") from None
+                raise ModelCallCancelledError(key) from None
             task.cancel()
             raise
         finally:

@@ -185,7 +185,9 @@ class SessionLease:
     def _refused(self, what: str) -> StaleLeaseError:
         self._lose(f"its {what} was refused")
         return StaleLeaseError(
-            f"{what} refused: thread {self.thread_id!r} is no longer held by lease {self.value}"
+            f"{what} refused: thread {self.thread_id!r} is no longer held by lease {self.value}",
+            thread_id=self.thread_id,
+            task_id=self.task_id,
         )
 
     async def put_checkpoint(

@@ -41,6 +41,7 @@ from wire.codec import (
 )
 from wire.keys import is_valid_id
 from wire.profiles import AgentProfile, CancellationSemantics
+from wire.records import SessionField, TaskField
 from wire.settings import Settings
 from wire.store import HANDED_BACK, ClaimResult, RecordStore, Settlement, SettleResult
 
@@ -121,7 +122,7 @@ class TaskRunner:
             log.error("refusing a message with invalid ids %r / %r", task_id, session_id)
             return
         if session_id is None:
-            session_id = (await self._store.task_record(task_id)).get("session", "")
+            session_id = (await self._store.task_record(task_id)).get(TaskField.SESSION, "")
             if not session_id:
                 log.warning("task %s has no record; message dropped", task_id)
                 await self._store.count_missing()
@@ -177,7 +178,7 @@ class TaskRunner:
                     TaskId(task_id),
                     WarningKind.RECOVERABLE,
                     f"the worker running this task {what}; resuming from the session's "
-                    f"last checkpoint (delivery {record.get('deliveries', '?')}); output "
+                    f"last checkpoint (delivery {record.get(TaskField.DELIVERIES, '?')}); output "
                     "streamed before is superseded and usage is unknown",
                 )
             )
@@ -217,7 +218,8 @@ class TaskRunner:
                 record_now = await self._store.session_record(session_id)
                 # Released: closed and not persistent, or already forgotten (no record).
                 released = not record_now or (
-                    record_now.get("closed") == "1" and record_now.get("persistent") != "1"
+                    record_now.get(SessionField.CLOSED) == "1"
+                    and record_now.get(SessionField.PERSISTENT) != "1"
                 )
             if released:
                 await self._delete_released_thread(session_id)
@@ -235,10 +237,10 @@ class TaskRunner:
         session_id = lease.session_id
         try:
             profile = self._profile_for(session)
-            spec = spec_from_json(loads(session["spec"]))
-            text = str(loads(record["input"])["text"])
-            session_usage = usage_from_json(loads(session.get("usage") or "{}"))
-            labels = run_metadata_from_json(session.get("metadata", ""))
+            spec = spec_from_json(loads(session[SessionField.SPEC]))
+            text = str(loads(record[TaskField.INPUT])["text"])
+            session_usage = usage_from_json(loads(session.get(SessionField.USAGE) or "{}"))
+            labels = run_metadata_from_json(session.get(SessionField.METADATA, ""))
             graph = await self._graphs.graph(profile)
         except Exception as error:
             return _failed(task, error)
@@ -275,14 +277,15 @@ class TaskRunner:
             self._graphs.calls.forget(live.task_id)
 
     def _profile_for(self, session: Mapping[str, str]) -> AgentProfile:
-        name = session.get("profile", "")
+        name = session.get(SessionField.PROFILE, "")
         profile = self._profiles.get(name)
         if profile is None:
-            raise ProfileMismatchError(f"this worker has no profile {name!r}")
-        if profile.digest != session.get("profile_digest"):
+            raise ProfileMismatchError(name, f"this worker has no profile {name!r}")
+        if profile.digest != session.get(SessionField.PROFILE_DIGEST):
             raise ProfileMismatchError(
+                name,
                 f"profile {name!r} differs between the caller and this worker; "
-                "deploy the same profile registry to both"
+                "deploy the same profile registry to both",
             )
         return profile
 
@@ -299,10 +302,10 @@ class TaskRunner:
             except (RedisConnectionError, RedisTimeoutError) as error:
                 log.warning("task %s: cancel flag unreadable (%s)", live.task_id, error)
         if live.cancel_requested.is_set():
-            raise RunCancelledError(f"task {live.task_id}: cancelled before the model call")
+            raise RunCancelledError(live.task_id)
         if live.lease_lost.is_set():
             # The next holder runs the turn; this run must not call the model any more.
-            raise StaleLeaseError(f"task {live.task_id}: lease lost before the model call")
+            raise StaleLeaseError("lease lost before the model call", task_id=live.task_id)
 
     async def _supervise(
         self,
