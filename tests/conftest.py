@@ -56,6 +56,10 @@ def worker(settings: Settings) -> Iterator[None]:
     with start_worker(
         app, pool="threads", concurrency=12, perform_ping_check=False, shutdown_timeout=30
     ):
+        # The loop (with its sweeper and maintenance consumer) serves from the start, not
+        # from the first task: a test that releases a session before any task ran gets
+        # its checkpoint thread deleted like any other.
+        app.ahp_runtime.start()
         yield
     app.ahp_runtime.stop()
 

@@ -265,8 +265,9 @@ async def test_reopen_of_a_hostile_or_foreign_reference_is_a_value_error_and_wri
 
 
 async def test_reopen_of_a_non_persistent_session_or_with_a_non_persistent_spec_is_rejected(
-    settings: Settings, sync_redis: redis.Redis
+    settings: Settings, sync_redis: redis.Redis, worker: None
 ) -> None:
+    # The worker deletes the plain session's checkpoint thread when the harness closes.
     async with CeleryHarness(settings, profile="confirmed") as harness:
         plain = await harness.create_session(SessionSpec())
         assert plain.persistent_ref is None
