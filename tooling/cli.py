@@ -21,7 +21,6 @@ from enum import StrEnum
 from pathlib import Path
 from types import FrameType
 from typing import Annotated
-from urllib.parse import urlsplit, urlunsplit
 from uuid import uuid4
 
 import redis
@@ -49,6 +48,7 @@ from rich.table import Table
 
 from harness import CeleryHarness
 from wire.modules import missing_modules_sync
+from wire.modules import redact_url as redact
 from wire.settings import Settings
 
 from .embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
@@ -98,17 +98,6 @@ def _children_ignore_ctrl_c() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-def redact(url: str) -> str:
-    """The URL with its password replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _load_settings(**overrides: object) -> Settings:
