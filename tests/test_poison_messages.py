@@ -33,6 +33,7 @@ from tooling.worker_process import WorkerProcess
 from wire.celery_config import RUN_TASK, celery_config
 from wire.keys import Keys
 from wire.settings import Settings
+from workers.intake import MessageIntake, guarded_transport
 
 from .support.boundary import ModelBoundary
 
@@ -262,3 +263,26 @@ async def test_a_worker_survives_a_broker_at_maxmemory_and_serves_after_it_is_fr
         finally:
             worker.kill()
             client.close()
+
+
+def test_an_acknowledgement_whose_connection_a_redis_restart_closed_never_ends_the_worker(
+    settings: Settings,
+) -> None:
+    """After a Redis restart the consumer reconnects while tasks run; a task that then
+    finishes acknowledges on the old channel, whose connection is gone. kombu raised
+    ``AttributeError`` there and the worker exited; the guarded transport drops that
+    acknowledgement (the message comes back after the visibility timeout and the claim
+    finds its task settled)."""
+    transport = guarded_transport(MessageIntake(settings))
+    with Connection(settings.redis_url) as plain:
+        channel = plain.channel()
+        qos = channel.qos
+        plain.close()
+        with pytest.raises(AttributeError):  # what kombu alone does
+            qos.ack("a-delivery-tag")
+    with Connection(settings.redis_url, transport=transport) as guarded:
+        channel = guarded.channel()
+        qos = channel.qos
+        guarded.close()
+        qos.ack("a-delivery-tag")
+        qos.reject("another-delivery-tag", requeue=True)

@@ -14,7 +14,9 @@ arguments, is rejected without requeue (dropped), logged with a short descriptio
 One layer below, an item on the queue list that is not even a kombu message (not JSON,
 no ``properties``...) made kombu's Redis transport raise before Celery saw anything,
 and the worker exited. :class:`GuardedRedisTransport` (the worker's transport for
-``redis://`` brokers) drops and counts such items too.
+``redis://`` brokers) drops and counts such items too, and drops an acknowledgement
+whose connection a Redis restart closed (kombu raised ``AttributeError`` there, which
+also ended the worker).
 
 It also keeps the worker up while the broker refuses writes: at ``maxmemory`` with
 ``noeviction`` kombu's bookkeeping of a delivery fails with ``OutOfMemoryError``, a
@@ -226,8 +228,38 @@ class _GuardedMessage(VirtualMessage):
         super().__init__(payload, channel=channel, **kwargs)  # type: ignore[no-untyped-call]
 
 
+def _connection_gone(channel: Any) -> bool:
+    connection = getattr(channel, "connection", None)
+    return connection is None or getattr(connection, "client", None) is None
+
+
+class _GuardedQoS(kombu_redis.QoS):
+    """Acknowledgements on a channel whose connection is gone (Redis restarted and the
+    consumer reconnected while the task ran) are dropped instead of ending the worker
+    with kombu's ``AttributeError``: the message stays in kombu's unacknowledged set and
+    comes back after the visibility timeout, and the claim drops it (its task is settled:
+    a terminal claim result)."""
+
+    def ack(self, delivery_tag: Any) -> None:
+        try:
+            super().ack(delivery_tag)  # type: ignore[no-untyped-call]
+        except AttributeError:
+            if not _connection_gone(self.channel):
+                raise
+            log.warning("acknowledgement of %s dropped: its connection is gone", delivery_tag)
+
+    def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        try:
+            super().reject(delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
+        except AttributeError:
+            if not _connection_gone(self.channel):
+                raise
+            log.warning("rejection of %s dropped: its connection is gone", delivery_tag)
+
+
 class _GuardedChannel(kombu_redis.Channel):
     Message = _GuardedMessage
+    QoS = _GuardedQoS
 
     def _brpop_read(self, **options: Any) -> Any:
         """An item the transport cannot turn into a message is dropped (``BRPOP`` has
