@@ -325,7 +325,8 @@ class Chaos:
                 continue  # never the last worker that runs
             victim = self.rng.choice(running)
             pgid = victim.pid
-            assert pgid is not None
+            if pgid is None:
+                continue  # it exited just now: the monitor records that
             # The first fault is a stall when stalls are asked for, so even a short run
             # has one; later ones are drawn.
             first = not self.kills and not self.pauses and not self.paused
@@ -335,10 +336,12 @@ class Chaos:
                 resumes.add(resume)
                 resume.add_done_callback(resumes.discard)
                 continue
+            # Out of the live list first: the monitor must not take the victim, half killed
+            # (its process already forgotten), for a worker that died by itself.
+            self.live.remove(victim)
             before = await redis_time_us(self.redis)
             await asyncio.to_thread(victim.kill)
             after = await redis_time_us(self.redis)
-            self.live.remove(victim)
             self.kills.append(Kill(pgid, victim.hostname, before, after, victim.log_path))
             self._replace()
         if resumes:

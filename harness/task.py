@@ -265,6 +265,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         if isinstance(marked, NoScriptError):
             try:
                 await store.confirm_start(self._id.value)  # loads the script (Redis restarted)
+                marked = None
             except RedisError as error:
                 marked = error
         if isinstance(marked, BaseException):
