@@ -1226,6 +1226,7 @@ async def soak(args: argparse.Namespace, server: EmbeddedRedis, log_dir: Path) -
         settings, args.workers, 2, log_dir, rng, args.kill_every, control, args.pause_share
     )
     state = RunState()
+    injector_errors: list[str] = []
     exit_code = 1
     started = time.monotonic()
     try:
@@ -1263,7 +1264,12 @@ async def soak(args: argparse.Namespace, server: EmbeddedRedis, log_dir: Path) -
             )
         finally:
             stop.set()
-            await asyncio.gather(chaos_task, progress, *extra_faults, return_exceptions=True)
+            ended = await asyncio.gather(
+                chaos_task, progress, *extra_faults, return_exceptions=True
+            )
+            # A fault injector that crashed stopped injecting: the run would prove less
+            # than it claims.
+            injector_errors = [repr(item) for item in ended if isinstance(item, BaseException)]
             await chaos.settle_starts()
         load_seconds = time.monotonic() - load_started
         console.print(f"load finished in {load_seconds:.1f} s; checking ...")
@@ -1276,6 +1282,9 @@ async def soak(args: argparse.Namespace, server: EmbeddedRedis, log_dir: Path) -
             expected_restarts=args.redis_restarts,
             expected_malformed=args.malformed_every > 0,
         )
+        if injector_errors:
+            findings.failures.append(f"{len(injector_errors)} x fault injector crashed")
+            findings.details += [f"fault injector crashed: {e}" for e in injector_errors]
         try:
             await asyncio.wait_for(harness.aclose(), 60)
         except Exception as error:
