@@ -60,7 +60,7 @@ class CancelListener:
     A lost connection (Redis restarting) is retried with backoff for as long as the
     process lives. Pub/sub does not replay what was published while this listener was
     away, so after reconnecting it reads the durable cancel flag of every live run once
-    (the lease renewer reads it too, but only every third of the TTL)."""
+    (the lease renewer reads it too, every sixth of the TTL)."""
 
     def __init__(self, redis: Redis, keys: Keys, runs: Mapping[str, CancellationTarget]) -> None:
         self._redis = redis
