@@ -17,7 +17,6 @@ import asyncio
 import json
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from pathlib import Path
 from uuid import uuid4
 
 import pytest
@@ -39,7 +38,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from harness import CeleryHarness
 from harness.transport import PublishError, PublishFate, TaskPublisher
-from tooling.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
+from tooling.embedded_redis import EmbeddedRedis
 from tooling.worker_process import WorkerProcess
 from wire.codec import dumps
 from wire.keys import Keys
@@ -49,6 +48,7 @@ from wire.store import ClaimResult, RecordStore, StartResult
 
 from .support.boundary import ModelBoundary
 from .support.claims import ClaimCounts
+from .support.deployments import append_only_redis, own_deployment
 from .support.start_control import StartBoundary
 from .support.sweeps import watch_past_sweeps
 from .support.waiting import wait_for
@@ -63,19 +63,37 @@ def _ran(boundary: ModelBoundary, text: str) -> list[dict[str, object]]:
     return [call for call in boundary.calls() if text in call["texts"]]  # type: ignore[operator]
 
 
-class _SideQueuePublisher:
-    """Publishes for real to a queue no worker consumes, then loses the acknowledgement:
-    the message reached the broker, the harness cannot know it. The test later moves it
-    into the deployment's queue (a delivery that came late)."""
+class _FaultingPublisher:
+    """The real publisher, with a fault injected around the next publish: ``before`` runs
+    first, ``after`` once the publish returned or failed, and ``lose_acknowledgement``
+    then reports its fate unknown although it went out.
 
-    def __init__(self, settings: Settings) -> None:
-        self.queue = f"{settings.queue}.late.{uuid4().hex[:6]}"
+    ``side_queue`` publishes every message for real to a queue no worker consumes and
+    loses every acknowledgement: the message reached the broker, the harness cannot know
+    it; a test later moves it into the deployment's queue (a delivery that came late)."""
+
+    def __init__(self, settings: Settings, *, side_queue: bool = False) -> None:
+        self.queue = f"{settings.queue}.late.{uuid4().hex[:6]}" if side_queue else settings.queue
         self._real = TaskPublisher(settings.model_copy(update={"queue": self.queue}))
+        self._always_lose = side_queue
+        self.before: Callable[[], object] | None = None
+        self.after: Callable[[], object] | None = None
+        self.lose_acknowledgement = False
 
     async def publish(self, task_id: str, session_id: str | None = None) -> None:
-        await self._real.publish(task_id, session_id)
-        error = ConnectionResetError("connection reset before the acknowledgement arrived")
-        raise PublishError(PublishFate.UNKNOWN, error)
+        before, after = self.before, self.after
+        lose = self.lose_acknowledgement or self._always_lose
+        self.before, self.after, self.lose_acknowledgement = None, None, False
+        if before is not None:
+            await asyncio.to_thread(before)
+        try:
+            await self._real.publish(task_id, session_id)
+        finally:
+            if after is not None:
+                await asyncio.to_thread(after)
+        if lose:
+            error = ConnectionResetError("connection reset before the acknowledgement arrived")
+            raise PublishError(PublishFate.UNKNOWN, error)
 
     async def revoke(self, task_id: str) -> None:
         await self._real.revoke(task_id)
@@ -123,10 +141,10 @@ async def test_an_unconfirmed_start_delivered_after_its_session_was_released_nev
     settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
 ) -> None:
     keys = Keys(settings.namespace)
-    side: list[_SideQueuePublisher] = []
+    side: list[_FaultingPublisher] = []
 
-    def factory(own: Settings) -> _SideQueuePublisher:
-        side.append(_SideQueuePublisher(own))
+    def factory(own: Settings) -> _FaultingPublisher:
+        side.append(_FaultingPublisher(own, side_queue=True))
         return side[0]
 
     async with CeleryHarness(settings, profile="confirmed", publisher_factory=factory) as harness:
@@ -262,26 +280,16 @@ async def test_a_malformed_diagnostic_is_skipped_as_a_gap_and_the_task_goes_on(
 
 @pytest.fixture(scope="module")
 def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
-    data_dir: Path = tmp_path_factory.mktemp("honest-starts-redis")
-    server = EmbeddedRedis(EmbeddedRedisConfig(data_dir=data_dir, appendonly=True))
-    server.start()
-    try:
+    with append_only_redis(tmp_path_factory.mktemp("honest-starts-redis")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
 def own_settings(own_redis: EmbeddedRedis) -> Settings:
-    return Settings(
-        redis_url=own_redis.url,
-        broker_url=None,
-        checkpoint_url=None,
-        namespace=f"honest-{uuid4().hex[:8]}",
-        queue=f"ahp.honest.{uuid4().hex[:8]}",
-        profiles="tests.support.profiles:PROFILES",
-        profile="confirmed",
-        # Renewed every 2 s: an outage of a second or two does not let a lease lapse.
+    return own_deployment(
+        own_redis.url,
+        "honest",
+        # Renewed every second: an outage of a second or two does not let a lease lapse.
         lease_ttl=timedelta(seconds=6),
         sweep_interval=timedelta(seconds=0.25),
     )
@@ -309,38 +317,6 @@ def own_boundary(own_client: redis.Redis, own_worker: WorkerProcess) -> Iterator
 
 def _namespace_keys(client: redis.Redis, keys: Keys) -> set[str]:
     return {str(key) for key in client.scan_iter(match=f"{keys.namespace}:*", count=1000)}
-
-
-class _FaultingPublisher:
-    """The real publisher, with a fault injected around the next publish: ``before`` runs
-    first, ``after`` once the publish returned or failed, and ``lose_acknowledgement``
-    then reports its fate unknown although it went out."""
-
-    def __init__(self, settings: Settings) -> None:
-        self._real = TaskPublisher(settings)
-        self.before: Callable[[], object] | None = None
-        self.after: Callable[[], object] | None = None
-        self.lose_acknowledgement = False
-
-    async def publish(self, task_id: str, session_id: str | None = None) -> None:
-        before, after, lose = self.before, self.after, self.lose_acknowledgement
-        self.before, self.after, self.lose_acknowledgement = None, None, False
-        if before is not None:
-            await asyncio.to_thread(before)
-        try:
-            await self._real.publish(task_id, session_id)
-        finally:
-            if after is not None:
-                await asyncio.to_thread(after)
-        if lose:
-            error = ConnectionResetError("connection reset before the acknowledgement arrived")
-            raise PublishError(PublishFate.UNKNOWN, error)
-
-    async def revoke(self, task_id: str) -> None:
-        await self._real.revoke(task_id)
-
-    def close(self) -> None:
-        self._real.close()
 
 
 @pytest.mark.processes

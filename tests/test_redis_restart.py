@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
-from pathlib import Path
-from uuid import uuid4
 
 import pytest
 import redis
@@ -34,7 +32,7 @@ from agent_harness_protocol import (
 
 from harness import CeleryHarness
 from harness.task import remote_cause
-from tooling.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
+from tooling.embedded_redis import EmbeddedRedis
 from tooling.worker_process import WorkerProcess
 from wire.codec import DIAGNOSTIC, event_from_entry
 from wire.keys import Keys
@@ -43,6 +41,7 @@ from wire.redis_options import pool_options
 from wire.settings import Settings
 
 from .support.boundary import ModelBoundary
+from .support.deployments import append_only_redis, own_deployment
 from .support.waiting import wait_for
 
 pytestmark = pytest.mark.processes
@@ -55,26 +54,16 @@ STREAM_CHUNKS = 40  # the "streaming" profile: 40 chunks 50 ms apart, then the r
 
 @pytest.fixture(scope="module")
 def aof_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
-    data_dir: Path = tmp_path_factory.mktemp("aof-redis")
-    server = EmbeddedRedis(EmbeddedRedisConfig(data_dir=data_dir, appendonly=True))
-    server.start()
-    try:
+    with append_only_redis(tmp_path_factory.mktemp("aof-redis")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
 def restart_settings(aof_redis: EmbeddedRedis) -> Settings:
-    return Settings(
-        redis_url=aof_redis.url,
-        broker_url=None,
-        checkpoint_url=None,
-        namespace=f"restart-{uuid4().hex[:8]}",
-        queue=f"ahp.restart.{uuid4().hex[:8]}",
-        profiles="tests.support.profiles:PROFILES",
-        profile="confirmed",
-        # Renewed every 5 s: an outage of a few seconds cannot let a lease lapse, so a
+    return own_deployment(
+        aof_redis.url,
+        "restart",
+        # Renewed every 2.5 s: an outage of a few seconds cannot let a lease lapse, so a
         # run that survives it is the same run (one model call per task), not a rerun.
         lease_ttl=timedelta(seconds=15),
     )
