@@ -33,7 +33,7 @@ from tooling.worker_process import WorkerProcess
 from wire.celery_config import RUN_TASK, celery_config
 from wire.keys import Keys
 from wire.settings import Settings
-from workers.intake import MessageIntake, guarded_transport
+from workers.intake import TRANSPORT_ALIAS, MessageIntake, guarded_transport_options
 
 from .support.boundary import ModelBoundary
 
@@ -273,14 +273,16 @@ def test_an_acknowledgement_whose_connection_a_redis_restart_closed_never_ends_t
     ``AttributeError`` there and the worker exited; the guarded transport drops that
     acknowledgement (the message comes back after the visibility timeout and the claim
     finds its task settled)."""
-    transport = guarded_transport(MessageIntake(settings))
+    options = guarded_transport_options(MessageIntake(settings))
     with Connection(settings.redis_url) as plain:
         channel = plain.channel()
         qos = channel.qos
         plain.close()
         with pytest.raises(AttributeError):  # what kombu alone does
             qos.ack("a-delivery-tag")
-    with Connection(settings.redis_url, transport=transport) as guarded:
+    with Connection(
+        settings.redis_url, transport=TRANSPORT_ALIAS, transport_options=options
+    ) as guarded:
         channel = guarded.channel()
         qos = channel.qos
         guarded.close()

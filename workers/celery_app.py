@@ -27,7 +27,12 @@ from wire.profiles import AgentProfile
 from wire.settings import Settings
 
 from .errors import RuntimeStoppedError
-from .intake import GuardedConsumer, MessageIntake, guarded_transport
+from .intake import (
+    TRANSPORT_ALIAS,
+    GuardedConsumer,
+    MessageIntake,
+    guarded_transport_options,
+)
 from .preflight import refuse_without_modules
 from .runtime import WorkerRuntime
 
@@ -45,7 +50,13 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
     if urlsplit(settings.effective_broker_url).scheme == "redis":
         # Queue items that are not even kombu messages are dropped too. (Other
         # schemes, rediss:// and sentinel:// among them, keep kombu's own transport.)
-        app.conf.broker_transport = guarded_transport(intake)
+        # kombu's transport is named, never given as a class: workers report it in JSON
+        # (``inspect stats``, Flower's worker list).
+        app.conf.broker_transport = TRANSPORT_ALIAS
+        app.conf.broker_transport_options = {
+            **app.conf.broker_transport_options,
+            **guarded_transport_options(intake),
+        }
 
     def republish(task_id: str, session_id: str) -> None:
         # Publish retry stays off: the sweeper's hold-off decides when to try again.
@@ -65,13 +76,18 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
     @app.task(  # type: ignore[untyped-decorator]
         name=RUN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True
     )
-    def run_task(self: Any, namespace: str, task_id: str, session_id: str | None = None) -> None:
+    def run_task(
+        self: Any, namespace: str, task_id: str, session_id: str | None = None
+    ) -> dict[str, Any]:
+        """Returns the AHP outcome as it stands when this delivery ends (see
+        ``workers.run_summary``): Celery puts it in the ``task-succeeded`` event, which is
+        how Flower tells a completed AHP task from a cancelled, failed or unresolved one."""
         if namespace != settings.namespace:
             raise ValueError(
                 f"message for namespace {namespace!r} reached a worker of {settings.namespace!r}"
             )
         try:
-            runtime.run_task(task_id, session_id)
+            return runtime.run_task(task_id, session_id).to_json()
         except RuntimeStoppedError as error:
             # Shutting down mid-run: hand the message back instead of acknowledging it.
             raise Reject(str(error), requeue=True) from error

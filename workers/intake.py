@@ -35,9 +35,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from queue import Empty
 from typing import Any
+from uuid import uuid4
 
 import redis
 from celery.worker.consumer import Consumer
+from kombu import transport as kombu_transports
 from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Message as VirtualMessage
 from redis.exceptions import OutOfMemoryError, ResponseError
@@ -280,25 +282,48 @@ class _GuardedChannel(kombu_redis.Channel):
             return True
 
 
-class _ShownAsRedis(type):
-    """Celery logs the broker as ``<transport>://host``: say ``redis``, not the class."""
+TRANSPORT_ALIAS = "redis-guarded"
+"""The kombu transport name of :class:`GuardedRedisTransport` (``broker_transport``).
 
-    def __str__(cls) -> str:
-        return "redis"
+A name, not the class: a worker reports its connection (``inspect stats``, which Flower
+asks every worker for) as JSON, and a class there made the reply unencodable, so the
+worker answered nothing. Celery logs the broker as ``redis-guarded://host``."""
+
+INTAKE_OPTION = "ahp_intake"
+"""The broker transport option naming the :class:`MessageIntake` a connection reports
+to (a key of the process's registry, see :func:`guarded_transport_options`)."""
+
+_intakes: dict[str, MessageIntake] = {}
+_intakes_lock = threading.Lock()
 
 
-class GuardedRedisTransport(kombu_redis.Transport, metaclass=_ShownAsRedis):
+class GuardedRedisTransport(kombu_redis.Transport):
     """kombu's Redis transport, dropping queue items that are not messages.
 
-    ``intake`` (set on a subclass per app, see ``create_app``) counts them."""
+    The intake that counts them is named by the connection's ``ahp_intake`` transport
+    option (see :func:`guarded_transport_options`); without it they are only logged."""
 
     Channel = _GuardedChannel
-    intake: MessageIntake | None = None
+
+    @property
+    def intake(self) -> MessageIntake | None:
+        options = getattr(self.client, "transport_options", None) or {}
+        key = options.get(INTAKE_OPTION)
+        return _intakes.get(key) if isinstance(key, str) else None
 
 
-def guarded_transport(intake: MessageIntake) -> type[GuardedRedisTransport]:
-    """The transport class a worker of ``intake``'s deployment uses for ``redis://``."""
-    return type("GuardedRedisTransport", (GuardedRedisTransport,), {"intake": intake})
+kombu_transports.TRANSPORT_ALIASES[TRANSPORT_ALIAS] = (
+    f"{GuardedRedisTransport.__module__}:{GuardedRedisTransport.__qualname__}"
+)
+
+
+def guarded_transport_options(intake: MessageIntake) -> dict[str, str]:
+    """Register ``intake`` in this process; the transport option that names it. A
+    connection with ``transport=TRANSPORT_ALIAS`` and these options reports to it."""
+    key = uuid4().hex
+    with _intakes_lock:
+        _intakes[key] = intake
+    return {INTAKE_OPTION: key}
 
 
 _BACKOFF_FIRST = 0.5
@@ -377,9 +402,11 @@ class GuardedConsumer(Consumer):  # type: ignore[misc]
 
 
 __all__: Sequence[str] = [
+    "INTAKE_OPTION",
+    "TRANSPORT_ALIAS",
     "GuardedConsumer",
     "GuardedRedisTransport",
     "MessageIntake",
-    "guarded_transport",
+    "guarded_transport_options",
     "message_problem",
 ]

@@ -35,6 +35,7 @@ from .graph import ModelCalls, ModelGraph
 from .import_cache import fail_fast_if_missing
 from .models import build_model
 from .pruning import CheckpointPruner
+from .run_summary import RunSummary, read_summary
 from .runner import GraphProvider, LiveRun, TaskRunner, ThreadDeleter
 from .sweeper import LeaseSweeper
 
@@ -248,10 +249,17 @@ class WorkerRuntime:
                 raise RuntimeStoppedError("the worker runtime stopped during the run") from None
             raise
 
-    def run_task(self, task_id: str, session_id: str | None = None) -> None:
+    def run_task(self, task_id: str, session_id: str | None = None) -> RunSummary:
+        """Run one delivered message; the task record's state and outcome once it ended."""
         self.start()
-        assert self._state is not None
-        self.call(self._state.runner.run(task_id, session_id))
+        state = self._state
+        assert state is not None
+
+        async def run_then_summarise() -> RunSummary:
+            await state.runner.run(task_id, session_id)
+            return await read_summary(state.store, task_id)
+
+        return self.call(run_then_summarise())
 
     def stop(self) -> None:
         """Close the loop. Runs still in progress are cancelled; their task functions
