@@ -32,6 +32,7 @@ from tooling.worker_process import WorkerProcess
 from wire.celery_config import RUN_TASK
 from wire.codec import outcome_to_json, usage_to_json
 from wire.settings import Settings
+from workers.intake import TRANSPORT_ALIAS
 from workers.run_summary import summary_from_fields
 
 from .support.boundary import ModelBoundary
@@ -190,8 +191,12 @@ async def test_flower_lists_the_worker_and_tells_completed_cancelled_and_revoked
         # The worker, through the broadcast queue (pidbox) past our guarded transport.
         workers = await _json(api, "/api/workers", refresh="1")
         assert hostname in workers, sorted(workers)
-        assert RUN_TASK in workers[hostname]["registered"], workers[hostname]
-        queues = {queue["name"] for queue in workers[hostname]["active_queues"]}
+        shown_worker = workers[hostname]
+        assert RUN_TASK in shown_worker["registered"], shown_worker
+        # Every inspect reply arrived, stats too (its broker info once held a class).
+        assert shown_worker["stats"]["pool"]["max-concurrency"] == 1, shown_worker
+        assert shown_worker["stats"]["broker"]["transport"] == TRANSPORT_ALIAS, shown_worker
+        queues = {queue["name"] for queue in shown_worker["active_queues"]}
         assert own_settings.queue in queues, queues
 
         # Prometheus text with Flower's task metrics for our worker.
