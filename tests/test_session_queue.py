@@ -7,6 +7,7 @@ call's input and counts overlapping calls of a session), and in the task records
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 import pytest
 import redis
@@ -22,8 +23,8 @@ from agent_harness_protocol import (
 
 from harness import BusyPolicy, CeleryHarness, SessionBusyError
 from wire.keys import Keys
-from wire.store import RecordStore
 from wire.settings import Settings
+from wire.store import RecordStore
 
 from .support.boundary import ModelBoundary
 from .support.waiting import wait_for
@@ -62,8 +63,9 @@ async def test_queued_tasks_run_strictly_in_order_after_the_running_one(
         assert _inputs(boundary) == ["queue-first", "queue-second", "queue-third"]
         assert boundary.overlaps == 0
         records = [await harness.task_info(task.id.value) for task in (first, second, third)]
-        for before, after in zip(records, records[1:], strict=False):
-            assert before.settled_at is not None and after.claimed_at is not None
+        for before, after in pairwise(records):
+            assert before.settled_at is not None
+            assert after.claimed_at is not None
             assert after.claimed_at >= before.settled_at
         assert (await harness.session_info(session.id.value)).queued_tasks == ()
 
