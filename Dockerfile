@@ -1,6 +1,7 @@
-# Worker (and Flower) image of the AHP Celery deployment.
+# The image of every AHP Celery service: the HTTP API, the workers and Flower (compose.yaml
+# runs one command each from it).
 #   docker build -t ahp-celery .
-#   docker run --rm -e REDIS_URL=redis://host:6379/0 ahp-celery ahp-celery worker --concurrency 2
+#   docker run --rm -e REDIS_URL=redis://:password@host:6379/0 ahp-celery ahp-celery worker
 # Redis itself is not in this image: use Redis 8 (the official image bundles the Query
 # Engine and JSON that the checkpoints need), see compose.yaml.
 FROM python:3.11-slim
@@ -19,7 +20,8 @@ COPY harness /tmp/src/harness
 COPY tooling /tmp/src/tooling
 COPY workers /tmp/src/workers
 COPY wire /tmp/src/wire
-RUN pip install /tmp/src "flower>=2,<3" \
+# The package's dependencies include the API server (uvicorn) and Flower.
+RUN pip install /tmp/src \
     && rm -rf /tmp/src
 
 RUN groupadd --system --gid 10001 ahp \
@@ -28,5 +30,7 @@ USER ahp
 WORKDIR /home/ahp
 
 # Settings come from the environment: REDIS_URL (or AHP_REDIS_URL) and the other AHP_*
-# variables (`ahp-celery settings` prints them).
+# variables (`ahp-celery settings` prints them); the API's AHP_API_*; FLOWER_BASIC_AUTH.
+# The API listens on 8000 (`ahp-celery api`), Flower on 5555 (`ahp-celery flower`).
+EXPOSE 8000 5555
 CMD ["ahp-celery", "worker", "--concurrency", "2"]
