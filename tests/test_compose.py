@@ -228,6 +228,21 @@ MUTATIONS: dict[str, tuple[Mutation, str]] = {
         ),
         r"probes port 5556",
     ),
+    "a healthcheck of a path Flower does not serve": (
+        _set(
+            "flower",
+            "healthcheck",
+            {
+                "test": [
+                    "CMD",
+                    "python",
+                    "-c",
+                    "import urllib.request; urllib.request.urlopen('http://127.0.0.1:5555/health')",
+                ]
+            },
+        ),
+        r"probes /health, which it does not serve",
+    ),
     "a misspelt key": (_rename_key("worker", "command", "comand"), r"schema"),
     "a missing service": (_drop_service("flower"), r"no flower service"),
 }

@@ -341,7 +341,11 @@ def _probe_problems(name: str, service: Mapping[str, Any], argv: list[str]) -> P
     for port, path in re.findall(r"https?://(?:127\.0\.0\.1|localhost):(\d+)(/[\w/.-]*)", test):
         if port != _listen_port(argv):
             problems.append(f"{name}: the healthcheck probes port {port}, not the command's")
-        served = _served_paths(name)
+        try:
+            served = _served_paths(name)
+        except Exception as error:
+            problems.append(f"{name}: its paths cannot be listed: {type(error).__name__}")
+            continue
         if served is not None and path not in served:
             problems.append(f"{name}: the healthcheck probes {path}, which it does not serve")
     return problems
@@ -354,12 +358,9 @@ def _served_paths(name: str) -> set[str] | None:
         patterns = (h[0] if isinstance(h, tuple) else h.regex.pattern for h in handlers)
         return {str(pattern).removesuffix("$") for pattern in patterns}
     if name == "api":
-        try:
-            services = importlib.import_module("tooling.services")
-            module, factory = str(services.API_FACTORY).split(":", 1)
-            app = getattr(importlib.import_module(module), factory)()
-        except Exception:
-            return None  # reported by the command check
+        services = importlib.import_module("tooling.services")
+        module, factory = str(services.API_FACTORY).split(":", 1)
+        app = getattr(importlib.import_module(module), factory)()
         return {str(getattr(route, "path", "")) for route in app.routes}
     return None
 
