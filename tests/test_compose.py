@@ -19,10 +19,15 @@ import yaml
 
 from tooling.worker_process import PROJECT_ROOT
 
-from .support.compose_check import compose_problems
+from .support.compose_check import compose_problems, image_uid
 
 COMPOSE = PROJECT_ROOT / "compose.yaml"
 ENV = {"REDIS_PASSWORD": uuid4().hex, "FLOWER_BASIC_AUTH": f"admin:{uuid4().hex}"}
+UID = image_uid((PROJECT_ROOT / "Dockerfile").read_text(encoding="utf-8"))
+
+
+def _problems(text: str, env: dict[str, str] = ENV) -> list[str]:
+    return compose_problems(text, env, uid=UID)
 
 
 def _text() -> str:
@@ -30,7 +35,7 @@ def _text() -> str:
 
 
 def test_compose_yaml_has_no_problem() -> None:
-    assert compose_problems(_text(), ENV) == []
+    assert _problems(_text()) == []
 
 
 def test_check_jsonschema_accepts_compose_yaml() -> None:
@@ -48,7 +53,7 @@ def test_check_jsonschema_accepts_compose_yaml() -> None:
 
 def test_compose_refuses_to_start_without_each_secret() -> None:
     for name in ENV:
-        problems = compose_problems(_text(), {k: v for k, v in ENV.items() if k != name})
+        problems = _problems(_text(), {k: v for k, v in ENV.items() if k != name})
         assert any(name in problem for problem in problems), (name, problems)
 
 
@@ -243,6 +248,14 @@ MUTATIONS: dict[str, tuple[Mutation, str]] = {
         ),
         r"probes /health, which it does not serve",
     ),
+    "a secret the image's user cannot read": (
+        _set("api", "secrets", ["ahp_api_tokens"]),
+        r"not owned by the image's user",
+    ),
+    "a tokens file that is not mounted": (
+        _drop("api", "secrets"),
+        r"AHP_API_TOKENS_FILE names /run/secrets/ahp_api_tokens, which is not mounted",
+    ),
     "a misspelt key": (_rename_key("worker", "command", "comand"), r"schema"),
     "a missing service": (_drop_service("flower"), r"no flower service"),
 }
@@ -254,20 +267,24 @@ def test_the_checker_finds_a_broken_copy(broken: str) -> None:
     document = yaml.safe_load(_text())
     mutate(document)
     text = yaml.safe_dump(document, sort_keys=False)
-    problems = compose_problems(text, ENV)
+    problems = _problems(text)
     assert any(re.search(expected, problem) for problem in problems), problems
 
 
 def test_the_dump_of_an_unbroken_copy_has_no_problem() -> None:
     """The mutations above go through a YAML round trip: it alone breaks nothing."""
     text = yaml.safe_dump(yaml.safe_load(_text()), sort_keys=False)
-    assert compose_problems(text, ENV) == []
+    assert _problems(text) == []
 
 
 def test_no_secret_looking_literal_anywhere_in_the_file() -> None:
     """Belt and braces over the structured checks: nothing that looks like a credential."""
     text = _text()
     assert not re.search(r"redis://:[^$@\s]+@", text)
+
+
+def test_the_image_user_is_known() -> None:
+    assert UID == "10001"
 
 
 def test_the_files_compose_reads_stay_out_of_the_image() -> None:

@@ -223,6 +223,33 @@ def _service_problems(services: Mapping[str, Any]) -> Problems:
     return problems
 
 
+def _secret_mount_problems(document: Mapping[str, Any], image_uid: str | None) -> Problems:
+    """Each secret a service mounts is declared, readable by the image's user, and the
+    ``*_FILE`` variable that points at it names a mounted secret."""
+    problems: Problems = []
+    declared = set((document.get("secrets") or {}).keys())
+    services: Mapping[str, Any] = document.get("services") or {}
+    for name, service in services.items():
+        mounted: set[str] = set()
+        for entry in service.get("secrets") or []:
+            source = entry if isinstance(entry, str) else str(entry.get("source", ""))
+            target = source if isinstance(entry, str) else str(entry.get("target") or source)
+            mounted.add(f"/run/secrets/{target}")
+            if source not in declared:
+                problems.append(f"{name}: secret {source!r} is not declared")
+            uid = None if isinstance(entry, str) else entry.get("uid")
+            if image_uid is not None and str(uid) != image_uid:
+                problems.append(
+                    f"{name}: secret {source!r} is not owned by the image's user "
+                    f"(uid {image_uid}); Compose may mount it for root only"
+                )
+        for key, value in _env(service).items():
+            secret_file = key.endswith("_FILE") and value.startswith("/run/secrets/")
+            if secret_file and value not in mounted:
+                problems.append(f"{name}: {key} names {value}, which is not mounted")
+    return problems
+
+
 def _loopback_ports(name: str, service: Mapping[str, Any]) -> Problems:
     problems: Problems = []
     for port in service.get("ports") or []:
@@ -381,8 +408,15 @@ def _command_problems(services: Mapping[str, Any]) -> Problems:
     return problems
 
 
-def compose_problems(text: str, env: Mapping[str, str]) -> Problems:
-    """Everything wrong with the compose file ``text``, run with the variables ``env``."""
+def image_uid(dockerfile: str) -> str | None:
+    """The uid the image's processes run as (``useradd --uid N`` in the Dockerfile)."""
+    match = re.search(r"useradd\b[^\n]*--uid\s+(\d+)", dockerfile)
+    return match[1] if match else None
+
+
+def compose_problems(text: str, env: Mapping[str, str], *, uid: str | None = None) -> Problems:
+    """Everything wrong with the compose file ``text``, run with the variables ``env``;
+    ``uid``: the user of the services' image (see :func:`image_uid`)."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -410,6 +444,7 @@ def compose_problems(text: str, env: Mapping[str, str]) -> Problems:
     resolved: Mapping[str, Any] = document.get("services") or {}
     problems += _redis_problems(resolved["redis"])
     problems += _service_problems(resolved)
+    problems += _secret_mount_problems(document, uid)
     problems += _command_problems(resolved)
     return problems
 
@@ -433,4 +468,4 @@ def _secret_variables(document: Mapping[str, Any]) -> set[str]:
     return found
 
 
-__all__ = ["compose_problems", "compose_schema", "interpolate"]
+__all__ = ["compose_problems", "compose_schema", "image_uid", "interpolate"]
