@@ -7,6 +7,7 @@ broken copies of the file, each breaking one rule.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -22,7 +23,11 @@ from tooling.worker_process import PROJECT_ROOT
 from .support.compose_check import compose_problems, image_uid
 
 COMPOSE = PROJECT_ROOT / "compose.yaml"
-ENV = {"REDIS_PASSWORD": uuid4().hex, "FLOWER_BASIC_AUTH": f"admin:{uuid4().hex}"}
+ENV = {
+    "REDIS_PASSWORD": uuid4().hex,
+    "FLOWER_BASIC_AUTH": f"admin:{uuid4().hex}",
+    "AHP_API_TOKENS": json.dumps({"acme": uuid4().hex}),
+}
 UID = image_uid((PROJECT_ROOT / "Dockerfile").read_text(encoding="utf-8"))
 
 
@@ -52,7 +57,7 @@ def test_check_jsonschema_accepts_compose_yaml() -> None:
 
 
 def test_compose_refuses_to_start_without_each_secret() -> None:
-    for name in ENV:
+    for name in ("REDIS_PASSWORD", "FLOWER_BASIC_AUTH"):
         problems = _problems(_text(), {k: v for k, v in ENV.items() if k != name})
         assert any(name in problem for problem in problems), (name, problems)
 
@@ -255,6 +260,10 @@ MUTATIONS: dict[str, tuple[Mutation, str]] = {
     "a tokens file that is not mounted": (
         _drop("api", "secrets"),
         r"AHP_API_TOKENS_FILE names /run/secrets/ahp_api_tokens, which is not mounted",
+    ),
+    "a setting that does not parse": (
+        _set_env("worker", "AHP_LEASE_TTL", "six seconds"),
+        r"worker: Settings does not load from its environment",
     ),
     "a misspelt key": (_rename_key("worker", "command", "comand"), r"schema"),
     "a missing service": (_drop_service("flower"), r"no flower service"),

@@ -25,11 +25,15 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
 import re
 import shlex
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from importlib import resources
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -250,6 +254,59 @@ def _secret_mount_problems(document: Mapping[str, Any], image_uid: str | None) -
     return problems
 
 
+_SETTINGS = {
+    "api": ("wire.settings:Settings", "harness.api.settings:ApiSettings"),
+    "worker": ("wire.settings:Settings",),
+    "flower": ("wire.settings:Settings",),
+}
+"""The settings classes each service builds from its environment at start."""
+
+
+@contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` holding only ``values`` (and PATH) for the block."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update({"PATH": saved.get("PATH", ""), **values})
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _settings_problems(
+    document: Mapping[str, Any], env: Mapping[str, str], scratch: Path
+) -> Problems:
+    """Each service's settings load from the environment compose gives it; a secret
+    file it reads is written from the variable compose makes it from."""
+    problems: Problems = []
+    secrets: Mapping[str, Any] = document.get("secrets") or {}
+    services: Mapping[str, Any] = document.get("services") or {}
+    for name, classes in _SETTINGS.items():
+        values = _env(services.get(name) or {})
+        for key, value in list(values.items()):
+            secret = value.removeprefix("/run/secrets/")
+            if key.endswith("_FILE") and secret != value:
+                source = str((secrets.get(secret) or {}).get("environment", ""))
+                path = scratch / f"{name}-{secret}"
+                path.write_text(env.get(source, ""), encoding="utf-8")
+                values[key] = str(path)
+        for target in classes:
+            module, attribute = target.split(":", 1)
+            try:
+                settings_class = getattr(importlib.import_module(module), attribute)
+                with _environment(values):
+                    settings_class()
+            except Exception as error:
+                first = str(error).splitlines()[0] if str(error) else ""
+                problems.append(
+                    f"{name}: {attribute} does not load from its environment: "
+                    f"{type(error).__name__}: {first}"
+                )
+    return problems
+
+
 def _loopback_ports(name: str, service: Mapping[str, Any]) -> Problems:
     problems: Problems = []
     for port in service.get("ports") or []:
@@ -445,6 +502,8 @@ def compose_problems(text: str, env: Mapping[str, str], *, uid: str | None = Non
     problems += _redis_problems(resolved["redis"])
     problems += _service_problems(resolved)
     problems += _secret_mount_problems(document, uid)
+    with tempfile.TemporaryDirectory(prefix="ahp-compose-") as scratch:
+        problems += _settings_problems(document, env, Path(scratch))
     problems += _command_problems(resolved)
     return problems
 
