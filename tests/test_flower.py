@@ -1,10 +1,10 @@
 """Flower tells AHP outcomes apart: a worker, a completed, a cancelled and a revoked task.
 
 Flower runs as its own OS process (``celery -A workers.main flower``, basic
-authentication from ``FLOWER_BASIC_AUTH``) against the test Redis, with a worker OS
-process (prefork, heartbeats on) serving a queue of this test alone. What is asserted is
-read from Flower's HTTP API: ``/api/workers`` (through the workers' broadcast queue),
-``/api/tasks`` (from the workers' task events), ``/metrics``.
+authentication from ``FLOWER_BASIC_AUTH``) with a worker OS process (prefork, heartbeats
+on), both on a Redis 8 of this test that requires a password, as compose runs them.
+What is asserted is read from Flower's HTTP API: ``/api/workers`` (through the workers'
+broadcast queue), ``/api/tasks`` (from the workers' task events), ``/metrics``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from uuid import uuid4
 
 import httpx
 import pytest
+import redis
 from agent_harness_protocol import (
     Cancelled,
     Completed,
@@ -28,6 +29,7 @@ from agent_harness_protocol import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness import CeleryHarness
+from tooling.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from tooling.worker_process import WorkerProcess
 from wire.celery_config import RUN_TASK
 from wire.codec import outcome_to_json, usage_to_json
@@ -36,6 +38,7 @@ from workers.intake import TRANSPORT_ALIAS
 from workers.run_summary import summary_from_fields
 
 from .support.boundary import ModelBoundary
+from .support.deployments import own_deployment
 from .support.flower_process import FlowerProcess
 from .support.waiting import wait_for
 
@@ -48,12 +51,31 @@ SECRET = f"input-text-{uuid4().hex}"
 """Part of every task's input: it must not appear anywhere Flower shows a task."""
 
 
+REDIS_PASSWORD = uuid4().hex
+"""The deployment's Redis requires it, as in compose: no Flower response may show it."""
+
+
 @pytest.fixture
-def own_settings(settings: Settings) -> Settings:
-    suffix = uuid4().hex[:8]
-    return settings.model_copy(
-        update={"namespace": f"flower-{suffix}", "queue": f"ahp.flower.{suffix}"}
-    )
+def secured_redis() -> Iterator[EmbeddedRedis]:
+    with EmbeddedRedis(EmbeddedRedisConfig(password=REDIS_PASSWORD)) as server:
+        yield server
+
+
+@pytest.fixture
+def own_settings(secured_redis: EmbeddedRedis) -> Settings:
+    return own_deployment(secured_redis.url, "flower")
+
+
+@pytest.fixture
+def boundary(secured_redis: EmbeddedRedis) -> Iterator[ModelBoundary]:
+    """The controlled model of this test's workers, observed in their Redis."""
+    client = redis.Redis.from_url(secured_redis.url, decode_responses=True)
+    observation = ModelBoundary(client)
+    try:
+        yield observation
+    finally:
+        observation.settle()
+        client.close()
 
 
 @pytest.fixture
@@ -198,10 +220,16 @@ async def test_flower_lists_the_worker_and_tells_completed_cancelled_and_revoked
         assert shown_worker["stats"]["broker"]["transport"] == TRANSPORT_ALIAS, shown_worker
         queues = {queue["name"] for queue in shown_worker["active_queues"]}
         assert own_settings.queue in queues, queues
+        # One worker in detail: its configuration too (the broker URL, masked).
+        detail = await _json(api, "/api/workers", workername=hostname, refresh="1")
+        assert detail[hostname]["conf"]["broker_url"].startswith("redis://:****"), detail
+        for shown in (tasks, workers, detail):
+            assert REDIS_PASSWORD not in json.dumps(shown)
 
         # Prometheus text with Flower's task metrics for our worker.
         response = await api.get("/metrics")
         assert response.status_code == 200, response.text
+        assert REDIS_PASSWORD not in response.text
         samples = {
             (sample.name, tuple(sorted(sample.labels.items()))): sample.value
             for family in text_string_to_metric_families(response.text)
