@@ -1,5 +1,5 @@
 """``ahp-celery``: the command surface. Each command parses its options and hands over to
-the module that does the work (``demo``, ...); nothing here but commands."""
+the module that does the work (``demo``, ``run``, ``services``); nothing here but commands."""
 
 from __future__ import annotations
 
@@ -16,9 +16,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from wire.errors import ProfileError
 from wire.modules import redact_url as redact
 from wire.settings import Settings
 
+from . import run as running
+from . import services
 from .console import console, err, fail, load_settings
 from .demo import run_demo
 from .embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
@@ -122,6 +125,171 @@ def demo(
     except (KeyboardInterrupt, asyncio.CancelledError):
         err.print("Interrupted; the session, the worker and any embedded Redis were stopped.")
         raise typer.Exit(130) from None
+
+
+@app.command()
+def run(
+    prompt: Annotated[str, typer.Argument(help="The task's input text.")],
+    session_id: Annotated[
+        str | None,
+        typer.Option("--session-id", help="Continue this persistent session (default: a new one)."),
+    ] = None,
+    instructions: Annotated[
+        str | None, typer.Option(help="Instructions of the new session.")
+    ] = None,
+    persistent: Annotated[
+        bool, typer.Option(help="Make the new session persistent (continue it with --session-id).")
+    ] = False,
+    enqueue: Annotated[
+        bool, typer.Option(help="On a busy session, queue behind its task instead of failing.")
+    ] = False,
+    profile: Annotated[
+        str | None, typer.Option(help="Agent profile (default: AHP_PROFILE).")
+    ] = None,
+    tenant: Annotated[
+        str | None, typer.Option(help="Tenant owning the new session / the continued one.")
+    ] = None,
+    metadata: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metadata", "-m", metavar="KEY=VALUE", help="Run metadata label (repeatable)."
+        ),
+    ] = None,
+    json_lines: Annotated[
+        bool, typer.Option("--json", help="One JSON object per line: events, then the outcome.")
+    ] = False,
+    interactive: Annotated[
+        bool | None,
+        typer.Option(
+            "--interactive/--no-interactive",
+            help="Ask for approvals and answers (default: when stdin is a terminal); "
+            "otherwise approvals are declined and a question cancels the task.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Run one task on the deployment's workers and follow it live; Ctrl-C cancels it.
+
+    Exit codes:
+    0 completed,
+    1 failed,
+    2 bad options or settings,
+    3 cancelled,
+    4 unresolved,
+    5 not started (unknown, busy or blocked session, incompatible request, no Redis),
+    6 start unconfirmed (the task may still run),
+    130 stopped waiting (a second Ctrl-C).
+    """
+    if session_id is not None and (instructions is not None or persistent):
+        raise fail("--instructions and --persistent configure a new session, not --session-id", 2)
+    labels: dict[str, str] = {}
+    for item in metadata or []:
+        key, equals, value = item.partition("=")
+        if not equals or not key.strip():
+            raise fail(f"--metadata {item!r} is not KEY=VALUE", 2)
+        labels[key.strip()] = value
+    request = running.RunRequest(
+        prompt=prompt,
+        session_id=session_id,
+        instructions=instructions,
+        persistent=persistent,
+        profile=profile,
+        metadata=labels,
+        interactive=sys.stdin.isatty() if interactive is None else interactive,
+        tenant=tenant,
+        enqueue=enqueue,
+    )
+    settings = load_settings()
+    try:
+        code = running.run(settings, request, json_lines=json_lines)
+    except ProfileError as error:
+        raise fail(str(error), running.ExitCode.USAGE) from None
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        raise typer.Exit(running.ExitCode.INTERRUPTED) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def api(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    workers: Annotated[int, typer.Option(help="uvicorn worker processes.")] = 1,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve the HTTP submit API with uvicorn (settings and tokens from the environment)."""
+    load_settings()  # bad settings fail here, with the variable named, not in a worker
+    if not services.api_available():
+        raise fail(f"the HTTP API ({services.API_FACTORY}) is not part of this installation")
+    import uvicorn
+
+    uvicorn.run(
+        services.API_FACTORY,
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level,
+    )
+
+
+@app.command()
+def flower(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 5555,
+    basic_auth: Annotated[
+        str | None,
+        typer.Option(
+            envvar=services.BASIC_AUTH_ENV,
+            show_envvar=True,
+            show_default=False,
+            metavar="USER:PASSWORD[,...]",
+            help="Credentials Flower asks for; prefer the environment variable "
+            "(a command line is visible to every local user).",
+        ),
+    ] = None,
+    unauthenticated: Annotated[
+        bool,
+        typer.Option(
+            "--unauthenticated",
+            help="Run without authentication: anyone who reaches the port can see task "
+            "arguments and revoke or terminate tasks.",
+        ),
+    ] = False,
+    url_prefix: Annotated[
+        str | None, typer.Option(help="Serve under this path (behind a reverse proxy).")
+    ] = None,
+) -> None:
+    """Run Flower on the deployment's broker (authenticated unless --unauthenticated)."""
+    if basic_auth is not None and unauthenticated:
+        raise fail(
+            f"--unauthenticated contradicts the credentials given ({services.BASIC_AUTH_ENV})", 2
+        )
+    if basic_auth is None and not unauthenticated:
+        raise fail(
+            "Flower needs authentication: set FLOWER_BASIC_AUTH=user:password (or "
+            "--basic-auth), or pass --unauthenticated explicitly",
+            2,
+        )
+    if basic_auth is not None:
+        try:
+            services.check_basic_auth(basic_auth)
+        except ValueError as error:
+            raise fail(f"{services.BASIC_AUTH_ENV}: {error}", 2) from None
+    else:
+        err.print(
+            "[bold yellow]warning:[/] Flower runs WITHOUT authentication: anyone who can "
+            f"reach {host}:{port} sees task arguments and can revoke or terminate tasks.",
+            markup=True,
+        )
+    settings = load_settings()
+    console.print(
+        f"Flower on http://{host}:{port}{url_prefix or ''} for the broker "
+        f"{redact(settings.effective_broker_url)}"
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    command = services.flower_command(host, port, url_prefix)
+    os.execve(sys.executable, command, services.flower_environment(basic_auth))
 
 
 def main() -> None:

@@ -9,10 +9,12 @@ prints JSON lines instead (see ``JsonView``).
 Ctrl-C (or SIGTERM) once requests the task's cancellation and keeps following it, so the
 outcome is still shown; a second press stops waiting (``ExitCode.INTERRUPTED``).
 
-Sessions: a new one is created (``--persistent``: one that outlives this process and can be
-continued with ``--session-id``), or ``--session-id`` continues an existing one. Closing
-the harness at the end releases this process's handle: a new non-persistent session is
-deleted, a persistent one keeps its context.
+Sessions: a new one is created (``--persistent``: one that outlives this process), or
+``--session-id`` continues an existing persistent one. Closing the harness at the end
+releases this process's handle: a new non-persistent session is deleted, a persistent one
+keeps its context. A non-persistent session made elsewhere is never continued here, as
+that release would delete it. On a busy session the start is refused (the AHP default),
+or with ``--enqueue`` queued behind the unsettled task (the spinner says so).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -49,12 +52,10 @@ from agent_harness_protocol import (
     MessageRole,
     ObservationGap,
     PersistenceRequirement,
-    PersistentSessionRef,
     RequirementUnconfirmedError,
     SessionBlockedError,
     SessionRequirements,
     SessionSpec,
-    StorageNamespace,
     TaskEvent,
     TaskOutcome,
     TaskRequest,
@@ -68,8 +69,7 @@ from agent_harness_protocol import (
 )
 from rich.status import Status
 
-from harness import CeleryHarness, CeleryHarnessError
-from wire.provider import PROVIDER
+from harness import BusyPolicy, CeleryHarness, CeleryHarnessError, CelerySession, CeleryTask
 from wire.settings import Settings
 
 from .console import console, err
@@ -143,6 +143,10 @@ class RunRequest:
     """Run metadata labels for the session's runs (tracing tags)."""
     interactive: bool = True
     """Ask at the terminal; otherwise approvals are declined and questions cancel."""
+    tenant: str | None = None
+    """The tenant that owns a new session / must own the continued one (None: any)."""
+    enqueue: bool = False
+    """On a busy session, queue behind its unsettled task instead of being refused."""
 
 
 # -- views ------------------------------------------------------------------------------
@@ -152,7 +156,7 @@ class View(Protocol):
     """Where a run is shown: the live terminal or JSON lines."""
 
     def session(self, session: AgentSession, created: bool) -> None: ...
-    def task(self, task: AgentTask) -> None: ...
+    def task(self, task: CeleryTask) -> None: ...
     def event(self, event: TaskEvent) -> None: ...
     def note(self, text: str) -> None: ...
     def outcome(self, outcome: TaskOutcome, code: ExitCode) -> None: ...
@@ -210,9 +214,11 @@ class LiveView:
         verb = "created" if created else "continued"
         self._line(f"{kind} {session.id.value} {verb}", style="dim")
 
-    def task(self, task: AgentTask) -> None:
+    def task(self, task: CeleryTask) -> None:
         self._line(f"task {task.id.value}", style="dim")
-        if task.state is TaskState.STARTING:
+        if task.queued:
+            self._spin("Queued behind the session's unsettled task")
+        elif task.state is TaskState.STARTING:
             self._spin("Queued: waiting for a worker")
 
     def event(self, event: TaskEvent) -> None:
@@ -294,7 +300,7 @@ class JsonView:
     """One JSON object per line on stdout, each with a ``kind``:
 
     - ``session``: ``session_id``, ``persistent``, ``created``;
-    - ``task``: ``task_id``, ``session_id``;
+    - ``task``: ``task_id``, ``session_id``, ``queued`` (behind the session's unsettled task);
     - ``event``: one per task event, its fields as ``render.to_json`` gives them (``type``
       is the event class: ``TaskStarted``, ``MessageDelta``, ``ToolCallChanged``, ...);
     - ``outcome`` (last): the outcome (``type`` ``Completed``/``Failed``/``Cancelled``/
@@ -304,10 +310,23 @@ class JsonView:
     Notes for people (and the prompts of interactions) go to stderr.
     """
 
+    def __init__(self) -> None:
+        self._reader_gone = False
+
     def _write(self, kind: str, data: Mapping[str, Any]) -> None:
+        if self._reader_gone:
+            return
         line = json.dumps({"kind": kind, **data}, ensure_ascii=False, separators=(",", ":"))
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader left (``| head -1``): the task is still followed to its outcome
+            # and the session closed as usual; nothing more is written, not even at exit.
+            self._reader_gone = True
+            with contextlib.suppress(OSError, ValueError):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
 
     def session(self, session: AgentSession, created: bool) -> None:
         persistent = session.persistent_ref is not None
@@ -316,8 +335,11 @@ class JsonView:
             {"session_id": session.id.value, "persistent": persistent, "created": created},
         )
 
-    def task(self, task: AgentTask) -> None:
-        self._write("task", {"task_id": task.id.value, "session_id": task.session_id.value})
+    def task(self, task: CeleryTask) -> None:
+        self._write(
+            "task",
+            {"task_id": task.id.value, "session_id": task.session_id.value, "queued": task.queued},
+        )
 
     def event(self, event: TaskEvent) -> None:
         self._write("event", to_json(event))
@@ -498,19 +520,25 @@ def _spec(request: RunRequest) -> SessionSpec:
     )
 
 
-async def _open_session(
-    harness: CeleryHarness, settings: Settings, request: RunRequest
-) -> AgentSession:
+class NotPersistentError(ValueError):
+    """``--session-id`` names a session that is not persistent: releasing this process's
+    handle at exit would delete it, so it is continued only where it was created."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"session {session_id} is not persistent: this process would delete it when it "
+            "exits; continue it where it was created (or over the HTTP API)"
+        )
+
+
+async def _open_session(harness: CeleryHarness, request: RunRequest) -> CelerySession:
     if request.session_id is None:
-        return await harness.create_session(_spec(request))
-    attach = getattr(harness, "attach_session", None)
-    if attach is not None:
-        session: AgentSession = await attach(request.session_id)
-        return session
-    # Until the harness can attach to any open session: reopen a persistent one.
-    namespace = StorageNamespace(settings.namespace)
-    reference = PersistentSessionRef(PROVIDER, namespace, request.session_id)
-    return await harness.reopen_session(reference, _spec(request))
+        return await harness.create_session(_spec(request), tenant=request.tenant)
+    info = await harness.session_info(request.session_id, tenant=request.tenant)
+    if not info.persistent:
+        raise NotPersistentError(request.session_id)
+    return await harness.attach_session(request.session_id, tenant=request.tenant)
 
 
 async def _close(harness: CeleryHarness, view: View) -> None:
@@ -524,17 +552,16 @@ async def _close(harness: CeleryHarness, view: View) -> None:
         view.note(f"closing the harness failed: {type(error).__name__}: {error}")
 
 
-async def run_task(
-    harness: CeleryHarness, settings: Settings, request: RunRequest, view: View
-) -> ExitCode:
+async def run_task(harness: CeleryHarness, request: RunRequest, view: View) -> ExitCode:
     """Start the task, follow it to its outcome, close the harness; the exit code."""
     ctrl_c = _CtrlC(view)
     task: AgentTask | None = None
     try:
         try:
-            session = await _open_session(harness, settings, request)
+            session = await _open_session(harness, request)
             view.session(session, created=request.session_id is None)
-            task = await session.start_task(TaskRequest(TextInput(request.prompt)))
+            policy = BusyPolicy.ENQUEUE if request.enqueue else BusyPolicy.REJECT
+            task = await session.start_task(TaskRequest(TextInput(request.prompt)), if_busy=policy)
         except TaskStartUnconfirmedError as error:
             detail = f" (task {error.reference.request_id} may still run)"
             view.error(error, ExitCode.START_UNCONFIRMED, detail)
@@ -581,4 +608,4 @@ def run(settings: Settings, request: RunRequest, *, json_lines: bool) -> ExitCod
     """
     harness = harness_for(settings, request)
     view: View = JsonView() if json_lines else LiveView()
-    return asyncio.run(run_task(harness, settings, request, view))
+    return asyncio.run(run_task(harness, request, view))
