@@ -374,12 +374,16 @@ class _CtrlC:
         self._main = asyncio.current_task()
         self._loop = asyncio.get_running_loop()
         self._requests: set[asyncio.Future[None]] = set()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._loop.add_signal_handler(signum, self._press)
+        # Only the main thread receives signals (a run embedded in another thread has none).
+        self._signals = threading.current_thread() is threading.main_thread()
+        if self._signals:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._loop.add_signal_handler(signum, self._press)
 
     def close(self) -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._loop.remove_signal_handler(signum)
+        if self._signals:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._loop.remove_signal_handler(signum)
 
     def _press(self) -> None:
         self.presses += 1
