@@ -12,7 +12,6 @@ so it gets none and the caller cancels the task.
 
 from __future__ import annotations
 
-import click
 import typer
 from agent_harness_protocol import (
     AnswerResponse,
@@ -94,17 +93,17 @@ def ask(request: InteractionRequest, *, err: bool = False) -> InteractionRespons
     for line in describe(request):
         typer.echo(line, err=err)
     if isinstance(request, ApprovalRequest):
-        choice = click.Choice(_offered(request), case_sensitive=False)
-        typed = typer.prompt("Decision", type=choice, err=err)
-        return answer_for(request, typed)
-    if isinstance(request, QuestionRequest):
-        while True:
-            typed = typer.prompt("Answer", err=err)
-            try:
-                return answer_for(request, typed)
-            except ValueError as error:
-                typer.echo(f"  {error}", err=err)
-    return None
+        label = f"Decision [{'/'.join(_offered(request))}]"
+    elif isinstance(request, QuestionRequest):
+        label = "Answer"
+    else:
+        return None
+    while True:
+        typed = typer.prompt(label, err=err)
+        try:
+            return answer_for(request, typed)
+        except ValueError as error:
+            typer.echo(f"  {error}", err=err)
 
 
 def unattended(request: InteractionRequest) -> InteractionResponse | None:

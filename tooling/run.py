@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Protocol, TypeVar
 
-import click
+import typer
 from agent_harness_protocol import (
     AgentSession,
     AgentTask,
@@ -489,7 +489,7 @@ class _Follower:
                 return
             try:
                 response = prompt.result()
-            except (click.Abort, EOFError):
+            except (typer.Abort, EOFError):  # stdin closed: nobody will answer
                 response = None
         if response is None:
             self._view.note("The task needs an answer that cannot be given here; cancelling it.")
