@@ -186,18 +186,17 @@ def _spawn(
     return process
 
 
-def _await_model_call(process: subprocess.Popen[str], boundary: ModelBoundary) -> str:
-    """Read the run's JSON lines up to its task; return the task id once the model runs."""
+def _await_model_call(process: subprocess.Popen[str], boundary: ModelBoundary) -> list[Any]:
+    """Read the run's JSON lines up to its ``task`` line, then wait until the model runs
+    that task; the lines read."""
     assert process.stdout is not None
-    while True:
+    lines: list[Any] = []
+    while not lines or lines[-1]["kind"] != "task":
         line = process.stdout.readline()
         assert line, f"the run ended early: {process.wait()} {process.stderr}"
-        data = json.loads(line)
-        if data["kind"] == "task":
-            task_id = str(data["task_id"])
-            break
-    asyncio.run(_wait_for_call(boundary, task_id))
-    return task_id
+        lines.append(json.loads(line))
+    asyncio.run(_wait_for_call(boundary, str(lines[-1]["task_id"])))
+    return lines
 
 
 async def _wait_for_call(boundary: ModelBoundary, task_id: str) -> None:
@@ -213,7 +212,7 @@ def test_ctrl_c_cancels_the_task_and_still_shows_the_outcome(
 ) -> None:
     boundary.hold()  # the model waits until cancelled
     process = _spawn(run_process, cli_env, *_scoped(boundary, "confirmed"), "--json", "wait")
-    task_id = _await_model_call(process, boundary)
+    task_id = _await_model_call(process, boundary)[-1]["task_id"]
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == ExitCode.CANCELLED, (stdout, stderr)
@@ -233,7 +232,7 @@ def test_a_second_ctrl_c_stops_waiting_for_a_task_that_ignores_cancellation(
 ) -> None:
     boundary.hold()
     process = _spawn(run_process, cli_env, *_scoped(boundary, "ignoring"), "--json", "stay")
-    task_id = _await_model_call(process, boundary)
+    task_id = _await_model_call(process, boundary)[-1]["task_id"]
     process.send_signal(signal.SIGINT)
     assert process.stderr is not None
     while True:
@@ -247,3 +246,35 @@ def test_a_second_ctrl_c_stops_waiting_for_a_task_that_ignores_cancellation(
     assert all(line["kind"] != "outcome" for line in _lines(stdout)), stdout
     assert f"task {task_id} may still run" in stderr
     assert boundary.was_cancelled(task_id)  # the first press reached the model
+
+
+def test_enqueue_waits_behind_the_running_task_and_a_plain_start_is_refused(
+    cli_env: dict[str, str | None],
+    boundary: ModelBoundary,
+    run_process: list[subprocess.Popen[str]],
+) -> None:
+    boundary.hold()
+    scoped = _scoped(boundary, "confirmed")
+    first = _spawn(run_process, cli_env, *scoped, "--persistent", "--json", "first marker-7")
+    session_id = _await_model_call(first, boundary)[0]["session_id"]
+    busy = _invoke(cli_env, *scoped, "--session-id", session_id, "refused")
+    assert busy.exit_code == ExitCode.NOT_STARTED, busy.output
+    assert "SessionBusyError" in busy.output
+    queued = _spawn(
+        run_process, cli_env, *scoped, "--session-id", session_id, "--enqueue", "--json", "next"
+    )
+    assert queued.stdout is not None
+    while (line := json.loads(queued.stdout.readline()))["kind"] != "task":
+        pass
+    assert line["queued"] is True
+    assert line["session_id"] == session_id
+    boundary.release()
+    first_out, first_err = first.communicate(timeout=60)
+    assert first.returncode == ExitCode.COMPLETED, (first_out, first_err)
+    queued_out, queued_err = queued.communicate(timeout=60)
+    assert queued.returncode == ExitCode.COMPLETED, (queued_out, queued_err)
+    assert _lines(queued_out)[-1]["type"] == "Completed"
+    contexts = boundary.observed_contexts
+    assert len(contexts) == 2  # the refused start never reached the model
+    assert "first marker-7" in contexts[1]
+    assert "next" in contexts[1]

@@ -69,7 +69,14 @@ from agent_harness_protocol import (
 )
 from rich.status import Status
 
-from harness import BusyPolicy, CeleryHarness, CeleryHarnessError, CelerySession, CeleryTask
+from harness import (
+    BusyPolicy,
+    CeleryHarness,
+    CeleryHarnessError,
+    CelerySession,
+    CeleryTask,
+    SessionBusyError,
+)
 from wire.settings import Settings
 
 from .console import console, err
@@ -542,6 +549,12 @@ async def _open_session(harness: CeleryHarness, request: RunRequest) -> CelerySe
     info = await harness.session_info(request.session_id, tenant=request.tenant)
     if not info.persistent:
         raise NotPersistentError(request.session_id)
+    if not request.enqueue and info.active_task is not None:
+        # Refused before attaching: an attached handle adopts the session's unsettled task,
+        # and closing it at exit would stop that task, which another process started.
+        active = await harness.task_info(info.active_task, tenant=request.tenant)
+        if not active.state.is_terminal:
+            raise SessionBusyError(request.session_id, info.active_task)
     return await harness.attach_session(request.session_id, tenant=request.tenant)
 
 
