@@ -1,4 +1,4 @@
-"""``ahp-celery api`` and ``ahp-celery flower``: their options, Flower's authentication."""
+"""``ahp-celery api``, ``flower`` and ``redis``: their options, and the secrets they guard."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 from typer.testing import CliRunner
 
 from tooling.cli import app
@@ -153,3 +154,34 @@ def test_flower_unauthenticated_warns_and_serves_anyone(
     process.terminate()
     _, stderr = process.communicate(timeout=30)
     assert "WITHOUT authentication" in stderr
+
+
+def test_redis_command_requires_the_password_from_the_environment_and_never_prints_it(
+    processes: list[subprocess.Popen[str]],
+) -> None:
+    port = _free_port()
+    env = {**os.environ, "REDIS_PASSWORD": PASSWORD}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tooling.cli", "redis", "--port", str(port)],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    processes.append(process)
+    assert process.stdout is not None
+    banner = [process.stdout.readline(), process.stdout.readline()]
+    assert "export REDIS_URL=redis://:$REDIS_PASSWORD@127.0.0.1" in banner[1], banner
+    anonymous = redis.Redis(port=port, socket_timeout=5)
+    with pytest.raises(redis.AuthenticationError):
+        anonymous.ping()
+    anonymous.close()
+    client = redis.Redis(port=port, password=PASSWORD, socket_timeout=5)
+    assert client.ping()
+    client.close()
+    process.terminate()
+    stdout, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert "Redis stopped." in stdout
+    assert PASSWORD not in "".join(banner) + stdout + stderr

@@ -12,6 +12,7 @@ from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import quote
 
 import typer
 from rich.table import Table
@@ -50,12 +51,27 @@ def redis_server(
         Path | None, typer.Option(help="Data directory (default: temporary, deleted).")
     ] = None,
     appendonly: Annotated[bool, typer.Option(help="Persist every write (AOF).")] = False,
+    password: Annotated[
+        str | None,
+        typer.Option(
+            envvar="REDIS_PASSWORD",
+            show_envvar=True,
+            show_default=False,
+            help="Require this password (prefer the environment variable).",
+        ),
+    ] = None,
 ) -> None:
     """Run the embedded Redis 8 (search + JSON) in the foreground until Ctrl-C / SIGTERM."""
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    server = EmbeddedRedis(EmbeddedRedisConfig(data_dir=data_dir, port=port, appendonly=appendonly))
+    try:
+        config = EmbeddedRedisConfig(
+            data_dir=data_dir, port=port, appendonly=appendonly, password=password
+        )
+    except ValueError as error:
+        raise fail(str(error), 2) from None
+    server = EmbeddedRedis(config)
     try:
         try:
             with children_ignore_ctrl_c():
@@ -63,8 +79,11 @@ def redis_server(
         except ToolingError as error:
             raise fail(str(error)) from None
         where = f"data in {server.data_dir}" + (", deleted on exit" if data_dir is None else "")
-        console.print(f"Redis 8 (search + JSON) at [bold]{url}[/] ({where})")
-        console.print(f"Use it with: export REDIS_URL={url}    Stop with Ctrl-C.")
+        console.print(f"Redis 8 (search + JSON) at [bold]{redact(url)}[/] ({where})")
+        shown = (
+            url.replace(f":{quote(password, safe='')}@", ":$REDIS_PASSWORD@") if password else url
+        )
+        console.print(f"Use it with: export REDIS_URL={shown}    Stop with Ctrl-C.", markup=False)
         while not stop.wait(0.5):
             if not server.running:
                 raise fail(f"Redis exited; log {server.log_path}")
