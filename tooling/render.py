@@ -82,7 +82,7 @@ def outcome_detail(outcome: TaskOutcome) -> str:
     if isinstance(outcome, Unresolved):
         return f"{outcome.reason.value}: {outcome.known}"
     if isinstance(outcome, Cancelled):
-        return "cancelled"
+        return "its work stopped"
     return str(outcome)
 
 
