@@ -99,6 +99,15 @@ def worker(
     ] = None,
     pool: Annotated[Pool, typer.Option("--pool", "-P")] = Pool.prefork,
     loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "info",
+    hostname: Annotated[
+        str | None,
+        typer.Option(
+            "--hostname",
+            "-n",
+            help="Celery node name (default celery@<host>); give each worker on one host "
+            "its own, e.g. worker1@%h, so Flower and remote control tell them apart.",
+        ),
+    ] = None,
 ) -> None:
     """Run a Celery worker of the deployment configured by the environment (AHP_*)."""
     settings = load_settings()
@@ -106,6 +115,8 @@ def worker(
     args = [sys.executable, "-m", "celery", "-A", "workers.main", "worker"]
     args += ["-Q", settings.queue, "-c", str(size), "-P", pool.value, "-E"]
     args += ["--loglevel", loglevel]
+    if hostname is not None:
+        args += ["--hostname", hostname]
     sys.stdout.flush()
     os.execv(sys.executable, args)
 
