@@ -162,10 +162,10 @@ class HttpPath:
                 if line.startswith("event:"):
                     kind = line[6:].strip()
                 elif line.startswith("data:") and kind in {
-                    "TaskCompleted",
-                    "TaskFailed",
-                    "TaskCancelled",
-                    "TaskUnresolved",
+                    "task_completed",
+                    "task_failed",
+                    "task_cancelled",
+                    "task_unresolved",
                 }:
                     data = json.loads(line[5:])
                     outcome = data.get("outcome", data)
