@@ -340,7 +340,11 @@ def _ahp_celery(args: list[str]) -> str | None:
             module = str(services.API_FACTORY).split(":", 1)[0]
         except (ImportError, AttributeError) as error:
             return f"ahp-celery api: {error}"
-        if importlib.util.find_spec(module) is None:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # a parent package is missing
+            found = False
+        if not found:
             return f"ahp-celery api: its application module {module} is not in the package"
     return None
 
