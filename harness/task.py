@@ -145,7 +145,8 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         raise ValueError(f"task {self._id.value} has no pending interaction {interaction_id.value}")
 
     async def request_cancellation(self) -> None:
-        """Record the request durably, tell the running worker at once, revoke the message.
+        """Record the request durably, tell the running worker at once; a task still queued
+        is settled here and its message revoked.
 
         Returns without waiting for termination; a task still queued is settled
         ``Cancelled`` right away and never starts. Once the request is recorded, later
@@ -168,7 +169,10 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             # The task queued behind this one starts now; if this publish fails, the
             # workers' sweeper publishes it after its hold-off.
             self._runtime.spawn(self._publish_promoted(promoted))
-        if result in {CancelResult.SETTLED, CancelResult.REQUESTED}:
+        if result is CancelResult.SETTLED:
+            # Only a settled task's message is revoked: workers discard a revoked id on
+            # every delivery for hours, and a running task may need another delivery
+            # (a hand-back) to settle its cancellation.
             self._runtime.spawn(self._runtime.publisher.revoke(self._id.value))
 
     async def await_outcome(self) -> TaskOutcome:
