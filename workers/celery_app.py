@@ -73,8 +73,10 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
     runtime = WorkerRuntime(settings, profiles, republish=republish)
     app.ahp_runtime = runtime
 
+    # shared=False: Celery adds a shared task to every app created later in the process,
+    # so a second deployment's app would run this one's function (and settings).
     @app.task(  # type: ignore[untyped-decorator]
-        name=RUN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True
+        name=RUN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, shared=False
     )
     def run_task(
         self: Any, namespace: str, task_id: str, session_id: str | None = None
