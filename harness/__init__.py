@@ -4,23 +4,42 @@ The operator tooling (CLI, demo, embedded Redis, worker processes) lives in ``to
 
 from wire.profiles import AgentProfile, CancellationSemantics, ModelSpec
 from wire.settings import Settings
+from wire.statistics import Histogram, TaskStatistics
+from wire.store import BusyPolicy
 
 from .errors import (
     CeleryHarnessError,
     CheckpointCleanupError,
+    IdempotencyKeyReusedError,
     RemoteTaskError,
     SessionBusyError,
+    UnknownSessionError,
+    UnknownTaskError,
 )
 from .harness import CeleryHarness
+from .info import SessionInfo, TaskInfo, TaskMetrics
+from .session import CelerySession
+from .task import CeleryTask
 
 __all__ = [
     "AgentProfile",
+    "BusyPolicy",
     "CancellationSemantics",
     "CeleryHarness",
     "CeleryHarnessError",
+    "CelerySession",
+    "CeleryTask",
     "CheckpointCleanupError",
+    "Histogram",
+    "IdempotencyKeyReusedError",
     "ModelSpec",
     "RemoteTaskError",
     "SessionBusyError",
+    "SessionInfo",
     "Settings",
+    "TaskInfo",
+    "TaskMetrics",
+    "TaskStatistics",
+    "UnknownSessionError",
+    "UnknownTaskError",
 ]

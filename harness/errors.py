@@ -12,6 +12,12 @@ its message)::
     ├── RemoteTaskError             the worker-side exception behind a Failed outcome
     ├── SessionBusyError            another task of the session has not settled yet
     │                               (``session_id``, the busy ``task_id``)
+    ├── UnknownSessionError         no open session of this id (for this tenant)
+    │                               (``session_id``)
+    ├── UnknownTaskError            no retained task of this id (for this tenant)
+    │                               (``task_id``)
+    ├── IdempotencyKeyReusedError   an idempotency key came back with another request
+    │                               (``key``, the ``task_id`` it started)
     ├── UnknownPersistentSessionError   (also IncompatibleRequirementError) a reference
     │                               names no persistent context of this namespace
     │                               (``session_id``)
@@ -83,6 +89,47 @@ class SessionBusyError(CeleryHarnessError):
         self.session_id = session_id
         self.task_id = task_id
         super().__init__(f"session {session_id} is running task {task_id}")
+
+
+class UnknownSessionError(CeleryHarnessError):
+    """No open session has this id for the asking tenant: never created, released, or
+    another tenant's (the three are told apart by nobody but the owner).
+
+    Attributes:
+        session_id: The id asked for.
+    """
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"no session {session_id!r}")
+
+
+class UnknownTaskError(CeleryHarnessError):
+    """No task has this id for the asking tenant: never started, its retention
+    (``AHP_TASK_RETENTION``) ended, or another tenant's.
+
+    Attributes:
+        task_id: The id asked for.
+    """
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"no task {task_id!r}")
+
+
+class IdempotencyKeyReusedError(CeleryHarnessError):
+    """An idempotency key that started a task came back with a different request;
+    nothing was started.
+
+    Attributes:
+        key: The client's idempotency key.
+        task_id: The task the key started with its first request.
+    """
+
+    def __init__(self, key: str, task_id: str) -> None:
+        self.key = key
+        self.task_id = task_id
+        super().__init__(f"idempotency key {key!r} started task {task_id} with a different request")
 
 
 class UnknownPersistentSessionError(CeleryHarnessError, IncompatibleRequirementError):

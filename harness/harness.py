@@ -9,7 +9,6 @@ from uuid import uuid4
 
 from agent_harness_protocol import (
     AgentHarness,
-    AgentSession,
     AgentUsage,
     CleanupBudget,
     CompatibilityIssue,
@@ -23,14 +22,15 @@ from agent_harness_protocol import (
     SessionSpec,
     StorageNamespace,
     SupportReport,
+    TaskId,
 )
 from redis.exceptions import RedisError
 
-from wire.codec import dumps, run_metadata_json, spec_to_json, usage_to_json
-from wire.keys import is_valid_id
+from wire.codec import dumps, loads, run_metadata_json, spec_from_json, spec_to_json, usage_to_json
+from wire.keys import Keys, is_valid_id, require_valid_id
 from wire.profiles import AgentProfile, load_profiles, resolve_profile
 from wire.provider import PROVIDER
-from wire.records import SessionField
+from wire.records import SessionField, TaskField
 from wire.settings import Settings
 from wire.store import ReopenResult
 
@@ -41,10 +41,14 @@ from .errors import (
     SessionBusyError,
     StoredHistoryUnavailableError,
     UnknownPersistentSessionError,
+    UnknownSessionError,
+    UnknownTaskError,
 )
+from .info import SessionInfo, TaskInfo, TaskMetrics, session_info, task_info
 from .redis_errors import reported
 from .runtime import CallerRuntime, PublisherFactory
 from .session import CelerySession
+from .task import CeleryTask
 
 
 def _observe(task: asyncio.Future[None]) -> None:
@@ -124,11 +128,15 @@ class CeleryHarness(AgentHarness, PersistentSessions):
             )
         return self._runtime
 
-    async def create_session(self, spec: SessionSpec) -> AgentSession:
+    async def create_session(
+        self, spec: SessionSpec, *, tenant: str | None = None
+    ) -> CelerySession:
         """Admit ``spec`` and write the session record; no native work starts.
 
         A spec that requires persistence gets a persistent session: its
-        ``persistent_ref`` reopens it from any process of the deployment.
+        ``persistent_ref`` reopens it from any process of the deployment. ``tenant``
+        (beyond the AHP port) owns the session and its tasks: ``attach_*`` and the
+        ``*_info`` reads answer another tenant as if they did not exist.
 
         Raises:
             IncompatibleRequirementError: the spec cannot be served.
@@ -139,6 +147,8 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         """
         if self._closed:
             raise RuntimeError("harness is closed")
+        if tenant is not None:
+            require_valid_id("tenant", tenant)
         self.validate(spec).require_compatible()
         runtime = self._open()
         await runtime.require_checkpoint_modules()
@@ -146,7 +156,9 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         persistent = spec.requirements.persistence is not None
         handle_id = uuid4().hex if persistent else None
         with reported("the session was not created"):
-            await self._write_session(runtime, session_id, spec, persistent, handle_id)
+            await self._write_session(
+                runtime, session_id, spec, persistent, handle_id, tenant or ""
+            )
         if handle_id is not None:
             runtime.track_handle(session_id.value, handle_id)
         session = CelerySession(runtime, session_id, spec, handle_id=handle_id)
@@ -160,6 +172,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         spec: SessionSpec,
         persistent: bool,
         handle_id: str | None,
+        tenant: str,
     ) -> None:
         await runtime.store.create_session(
             session_id.value,
@@ -173,6 +186,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
                 SessionField.TURNS: "0",
                 SessionField.USAGE: dumps(usage_to_json(AgentUsage.ZERO)),
                 SessionField.METADATA: self._run_metadata,
+                SessionField.TENANT: tenant,
             },
         )
         if handle_id is not None:
@@ -187,7 +201,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
 
     async def reopen_session(
         self, reference: PersistentSessionRef, spec: SessionSpec
-    ) -> AgentSession:
+    ) -> CelerySession:
         """Open a new handle on persistent context, from this or any other process.
 
         Handles of one context share its exclusion and blocking. ``spec`` may change the
@@ -242,6 +256,132 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         session = CelerySession(runtime, session_id, spec, handle_id=handle_id)
         runtime.sessions.add(session)
         return session
+
+    # -- beyond the AHP port: handles and views by id, from any process ------------------
+    async def attach_session(self, session_id: str, *, tenant: str | None = None) -> CelerySession:
+        """A handle on an open session by its id, from any process of the deployment
+        (the spec comes from its record). Its unsettled task, if any, becomes the
+        handle's current task. A persistent session gets a handle of its own, as
+        ``reopen_session`` would give, without changing its configuration.
+
+        Raises:
+            UnknownSessionError: no such open session for ``tenant`` (never created,
+                released, a malformed id, or another tenant's: all answered alike).
+            HarnessTransportError: Redis could not be reached.
+        """
+        if self._closed:
+            raise RuntimeError("harness is closed")
+        runtime = self._open()
+        record = await self._owned_session(runtime, session_id, tenant)
+        if record.get(SessionField.CLOSED) == "1":
+            raise UnknownSessionError(session_id)
+        spec = spec_from_json(loads(record[SessionField.SPEC]))
+        handle_id = None
+        if record.get(SessionField.PERSISTENT) == "1":
+            handle_id = uuid4().hex
+            with reported("the session handle was not opened"):
+                await runtime.store.touch_handles(session_id, (handle_id,), runtime.handle_ttl_ms)
+            runtime.track_handle(session_id, handle_id)
+        session = CelerySession(runtime, SessionId(session_id), spec, handle_id=handle_id)
+        active = record.get(SessionField.ACTIVE, "")
+        if active:
+            task = await self.attach_task(active)
+            if not task.settled:
+                session.adopt(task)
+        runtime.sessions.add(session)
+        return session
+
+    async def attach_task(self, task_id: str, *, tenant: str | None = None) -> CeleryTask:
+        """A handle on any retained task by its id, from any process: it follows the
+        task's event stream from its first entry, so its ``events()``, ``state`` and
+        ``await_outcome()`` report what every other handle reports.
+
+        Raises:
+            UnknownTaskError: no such task for ``tenant`` (never started, past its
+                retention, a malformed id, or another tenant's: all answered alike).
+            HarnessTransportError: Redis could not be reached.
+        """
+        if self._closed:
+            raise RuntimeError("harness is closed")
+        runtime = self._open()
+        record = await self._owned_task(runtime, task_id, tenant)
+        task = CeleryTask(
+            runtime,
+            SessionId(record[TaskField.SESSION]),
+            TaskId(task_id),
+            queued=record.get(TaskField.QUEUED) == "1",
+        )
+        task.start_reading()
+        return task
+
+    async def session_info(self, session_id: str, *, tenant: str | None = None) -> SessionInfo:
+        """The session's record as a view (released non-persistent sessions are gone).
+
+        Raises:
+            UnknownSessionError: no such session for ``tenant``.
+            HarnessTransportError: Redis could not be reached.
+        """
+        runtime = self._open()
+        record = await self._owned_session(runtime, session_id, tenant)
+        with reported("the session could not be read"):
+            queued = await runtime.redis.lrange(runtime.keys.session_queue(session_id), 0, -1)
+        return session_info(session_id, record, tuple(str(item) for item in queued))
+
+    async def task_info(self, task_id: str, *, tenant: str | None = None) -> TaskInfo:
+        """The task's record as a view; retained ``AHP_TASK_RETENTION`` after it settled.
+
+        Raises:
+            UnknownTaskError: no such task for ``tenant``.
+            HarnessTransportError: Redis could not be reached.
+        """
+        runtime = self._open()
+        return task_info(task_id, await self._owned_task(runtime, task_id, tenant))
+
+    async def task_metrics(self) -> TaskMetrics:
+        """The pool's task figures: counters and histograms every process keeps in
+        Redis, tasks starting and running now, and the broker's queue depth.
+
+        Raises:
+            HarnessTransportError: Redis could not be reached.
+        """
+        runtime = self._open()
+        settings = self._settings
+        with reported("the task metrics could not be read"):
+            statistics = await runtime.store.task_statistics()
+            starting, running = await runtime.store.active_counts()
+            depth: int | None = None
+            if settings.effective_broker_url == settings.redis_url:
+                pipe = runtime.redis.pipeline(transaction=False)
+                for name in Keys.broker_queue_lists(settings.queue):
+                    pipe.llen(name)
+                depth = sum(int(n) for n in await pipe.execute())
+        return TaskMetrics(statistics, starting, running, depth)
+
+    @staticmethod
+    async def _owned_session(
+        runtime: CallerRuntime, session_id: str, tenant: str | None
+    ) -> dict[str, str]:
+        if not is_valid_id(session_id):
+            raise UnknownSessionError(session_id)
+        with reported("the session could not be read"):
+            record = await runtime.store.session_record(session_id)
+        if not record or (tenant is not None and record.get(SessionField.TENANT) != tenant):
+            raise UnknownSessionError(session_id)
+        return record
+
+    @staticmethod
+    async def _owned_task(
+        runtime: CallerRuntime, task_id: str, tenant: str | None
+    ) -> dict[str, str]:
+        if not is_valid_id(task_id):
+            raise UnknownTaskError(task_id)
+        with reported("the task could not be read"):
+            record = await runtime.store.task_record(task_id)
+        if not record.get(TaskField.SESSION) or (
+            tenant is not None and record.get(TaskField.TENANT) != tenant
+        ):
+            raise UnknownTaskError(task_id)
+        return record
 
     async def aclose(self) -> None:
         """Release every session within ``cleanup_budget.total``; idempotent and shielded.

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import re
 from uuid import uuid4
 
 from agent_harness_protocol import (
     AgentSession,
-    AgentTask,
     CompatibilityReport,
     ContextRetentionDisposition,
     HarnessTransportError,
@@ -29,10 +30,10 @@ from redis.exceptions import RedisError
 
 from wire.codec import dumps
 from wire.provider import PROVIDER
-from wire.store import ReleaseResult, StartResult
+from wire.store import BusyPolicy, ReleaseResult, StartResult
 
 from .admission import validate_task
-from .errors import CheckpointCleanupError, SessionBusyError
+from .errors import CheckpointCleanupError, IdempotencyKeyReusedError, SessionBusyError
 from .redis_errors import Fate, fate, reported, transport_error
 from .runtime import CallerRuntime
 from .task import CeleryTask
@@ -109,14 +110,30 @@ class CelerySession(AgentSession):
     def validate(self, request: TaskRequest) -> CompatibilityReport:
         return validate_task(request)
 
-    async def start_task(self, request: TaskRequest) -> AgentTask:
+    async def start_task(
+        self,
+        request: TaskRequest,
+        *,
+        idempotency_key: str | None = None,
+        if_busy: BusyPolicy = BusyPolicy.REJECT,
+    ) -> CeleryTask:
         """Admit, claim the session atomically, and publish one run.
+
+        Beyond the AHP port: ``idempotency_key`` makes a retried request return the task
+        its first attempt started (``task.replayed``), for ``AHP_IDEMPOTENCY_RETENTION``;
+        the same key with a different request raises ``IdempotencyKeyReusedError``.
+        ``if_busy=BusyPolicy.ENQUEUE`` queues the task behind the session's unsettled one
+        (``task.queued``): queued tasks run strictly in order, each once the one before
+        settled; releasing a non-persistent session settles them ``Cancelled``.
 
         Raises:
             SessionBlockedError: released session, an unconfirmed earlier start, or a
                 graph run that outlived its settled task.
             SessionBusyError: another task of this session has not settled.
             IncompatibleRequirementError: the request cannot be served.
+            IdempotencyKeyReusedError: the key started a task with another request.
+            ValueError: the idempotency key is empty, longer than 255 characters or not
+                printable ASCII.
             HarnessTransportError: the run surely did not reach the broker and never
                 runs (Redis down or refusing writes, the broker refusing the message);
                 the session stays usable.
@@ -130,6 +147,7 @@ class CelerySession(AgentSession):
             raise SessionBlockedError(self._id, "session has been released")
         self.validate(request).require_compatible()
         assert isinstance(request.input, TextInput)
+        idempotency = _idempotency(idempotency_key, request.input.text, if_busy)
         store = self.runtime.store
         if self._unconfirmed:
             await self._block(self._unconfirmed)
@@ -144,7 +162,12 @@ class CelerySession(AgentSession):
         task_id = TaskId(uuid4().hex)
         try:
             result, detail = await store.start_task(
-                self._id.value, task_id.value, dumps({"text": request.input.text})
+                self._id.value,
+                task_id.value,
+                dumps({"text": request.input.text}),
+                if_busy=if_busy,
+                idempotency=idempotency,
+                idempotency_retention=self.runtime.settings.idempotency_retention,
             )
         except RedisError as error:
             if fate(error) is not Fate.REFUSED:
@@ -152,6 +175,18 @@ class CelerySession(AgentSession):
                 # holds the session until undone.
                 self._undo = task_id.value
             raise transport_error(error, "the task was not started") from error
+        if result is StartResult.REPLAY:
+            replayed = CeleryTask(self.runtime, self._id, TaskId(detail), replayed=True)
+            replayed.start_reading()
+            return replayed
+        if result is StartResult.REUSED:
+            assert idempotency_key is not None
+            raise IdempotencyKeyReusedError(idempotency_key, detail)
+        if result is StartResult.QUEUED:
+            # Its run is published by whoever settles the task ahead of it.
+            queued = CeleryTask(self.runtime, self._id, task_id, queued=True)
+            queued.start_reading()
+            return queued
         if result is StartResult.BUSY:
             raise SessionBusyError(self._id.value, detail)
         if result is StartResult.OUTLIVED:
@@ -186,6 +221,11 @@ class CelerySession(AgentSession):
         self._current = task
         task.start_reading(confirm=True)
         return task
+
+    def adopt(self, task: CeleryTask) -> None:
+        """Make ``task`` (attached by id) this handle's current task: releasing the
+        handle stops it within the cleanup budget, as if this handle had started it."""
+        self._current = task
 
     async def _block(self, task_id: str) -> None:
         """Record durably that this session has an unconfirmed start, so every handle
@@ -279,3 +319,16 @@ class CelerySession(AgentSession):
                 UnresolvedReason.CLEANUP_BOUND_EXCEEDED,
                 "cleanup ended before native termination could be confirmed",
             )
+
+
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+def _idempotency(key: str | None, text: str, if_busy: BusyPolicy) -> tuple[str, str] | None:
+    """The key and a fingerprint of the request it names (a retry must repeat it)."""
+    if key is None:
+        return None
+    if _IDEMPOTENCY_KEY.fullmatch(key) is None:
+        raise ValueError("an idempotency key is 1-255 printable ASCII characters")
+    request = dumps({"input": text, "if_busy": if_busy.value})
+    return key, hashlib.sha256(request.encode()).hexdigest()[:32]

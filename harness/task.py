@@ -84,10 +84,24 @@ class CeleryTask(AgentTask, TaskDiagnostics):
     """Seconds the event reader keeps reconnecting to an unreachable Redis before this
     handle settles ``Unresolved(OBSERVATION_LOST)``."""
 
-    def __init__(self, runtime: CallerRuntime, session_id: SessionId, task_id: TaskId) -> None:
+    def __init__(
+        self,
+        runtime: CallerRuntime,
+        session_id: SessionId,
+        task_id: TaskId,
+        *,
+        replayed: bool = False,
+        queued: bool = False,
+    ) -> None:
         """A handle on task ``task_id`` of session ``session_id``. It shares the harness's
         ``runtime`` with its session's handle and never holds that handle: everything it
-        needs of the session is its id and the records in Redis."""
+        needs of the session is its id and the records in Redis.
+
+        ``replayed``: the handle answers a retried start (same idempotency key) with the
+        task its first attempt started. ``queued``: the task waits behind its session's
+        running task (the ``enqueue`` strategy)."""
+        self.replayed = replayed
+        self.queued = queued
         self._runtime = runtime
         self._session_id = session_id
         self._id = task_id
@@ -144,12 +158,16 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         if self._outcome.done() or self._cancel_recorded:
             return
         with reported("the cancellation was not recorded"):
-            result, payload = await self._runtime.store.cancel(
+            result, payload, promoted = await self._runtime.store.cancel(
                 self._session_id.value, self._id.value
             )
         self._cancel_recorded = True
         if result is CancelResult.SETTLED:
             self._finish(outcome_from_json(loads(payload), remote_cause))
+        if promoted:
+            # The task queued behind this one starts now; if this publish fails, the
+            # workers' sweeper publishes it after its hold-off.
+            self._runtime.spawn(self._publish_promoted(promoted))
         if result in {CancelResult.SETTLED, CancelResult.REQUESTED}:
             self._runtime.spawn(self._runtime.publisher.revoke(self._id.value))
 
@@ -210,6 +228,12 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             self._finish(outcome_from_json(loads(settlement.outcome), remote_cause))
 
     # -- internals ----------------------------------------------------------------------
+    async def _publish_promoted(self, task_id: str) -> None:
+        try:
+            await self._runtime.publisher.publish(task_id, self._session_id.value)
+        except Exception as error:
+            log.warning("publishing queued task %s failed (the sweeper will): %s", task_id, error)
+
     def _finish(self, outcome: TaskOutcome) -> None:
         if self._outcome.done():
             return

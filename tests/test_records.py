@@ -23,6 +23,11 @@ _FIELD_ARGS = {
 # Hashes the scripts write that are not task or session records: (script, key argument).
 _OTHER_HASHES = {
     ("claim.lua", "KEYS[8]"),  # the claim counters (<ns>:stats:claims), by ClaimResult
+    # The task statistics (<ns>:stats:tasks, wire.statistics): counters and histograms.
+    ("_prelude.lua", "stats"),
+    ("_prelude.lua", "statistics_key(starting)"),
+    ("start_task.lua", "KEYS[7]"),
+    ("rollback_start.lua", "statistics_key(KEYS[3])"),
 }
 
 

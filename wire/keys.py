@@ -31,6 +31,7 @@ Keys this project does not own, for completeness:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -96,6 +97,23 @@ class Keys:
         reopen. Redis deletes the set when its last handle is released; release of a
         non-persistent session deletes it too."""
         return f"{self.namespace}:session:{session_id}:handles"
+
+    def session_queue(self, session_id: str) -> str:
+        """List: ids of the session's tasks queued behind its running one (the
+        ``enqueue`` strategy), oldest first. Pushed by ``start_task.lua``; popped by the
+        prelude's ``promote()`` when the session is free, an entry removed when its task
+        settles while queued; deleted (its tasks settled Cancelled) by the release of a
+        non-persistent session. Empty lists vanish. Scripts name it ``<session key>:queue``
+        from the session key they are given (``tests/test_keys`` checks the spelling)."""
+        return f"{self.session(session_id)}:queue"
+
+    def idempotency(self, session_id: str, key: str) -> str:
+        """String ``"<task id> <request fingerprint>"``: the task a client's
+        ``Idempotency-Key`` started in this session. Set by ``start_task.lua`` with a TTL of
+        ``AHP_IDEMPOTENCY_RETENTION``; deleted by the rollback of a start that never
+        reached the broker. The client's key is hashed (any bytes, bounded length)."""
+        digest = hashlib.sha256(key.encode()).hexdigest()[:32] if key else "none"
+        return f"{self.session(session_id)}:idempotency:{digest}"
 
     def thread_id(self, session_id: str) -> str:
         """The LangGraph checkpoint ``thread_id`` of a session: the session id itself."""
@@ -203,10 +221,20 @@ class Keys:
         most one field per result: it never grows with the work."""
         return f"{self.namespace}:stats:claims"
 
+    def task_statistics(self) -> str:
+        """Hash (HINCRBY), owned by the scripts that start, claim and settle tasks, no TTL
+        (kept for the deployment's life; an operator may delete it): ``started``,
+        ``settled:<state>`` per terminal state, and two histograms with fixed bounds,
+        ``duration`` (start to settle) and ``wait`` (start to first claim), as
+        ``<name>:<le>``, ``<name>:sum_ms`` and ``<name>:count`` fields. Scripts name it
+        beside the running set (``<namespace>:stats:tasks``). A fixed number of fields:
+        it never grows with the work. Read by ``RecordStore.task_statistics``."""
+        return f"{self.namespace}:stats:tasks"
+
     def statistics(self) -> tuple[str, ...]:
         """The deployment's counters: kept for its life by design, no TTL, a few fields
         each."""
-        return (self.malformed_messages(), self.claim_counts())
+        return (self.malformed_messages(), self.claim_counts(), self.task_statistics())
 
     # -- control ------------------------------------------------------------------------
     def cancel_channel(self) -> str:

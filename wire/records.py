@@ -58,6 +58,20 @@ class TaskField(StrEnum):
     APPENDED = "appended"
     """The run and batch number of the last event batch appended (``append.lua``), so a
     resent batch is not appended twice."""
+    TENANT = "tenant"
+    """The tenant owning the task's session, copied by ``start_task.lua`` ('' for none):
+    the API answers another tenant as if the task did not exist, also after the session
+    record is gone."""
+    CREATED_MS = "created_ms"
+    """Redis time (ms) of the start (``start_task.lua``)."""
+    SETTLED_MS = "settled_ms"
+    """Redis time (ms) of the settle (the settle helper of ``_prelude.lua``)."""
+    QUEUED = "queued"
+    """``"1"`` while the task waits in its session's queue (``start_task.lua`` with the
+    ``enqueue`` strategy); deleted when ``promote()`` starts it or it settles."""
+    IDEMPOTENCY = "idempotency"
+    """The key of the ``Idempotency-Key`` record that started the task (``start_task.lua``),
+    deleted with the task by a rollback."""
     OUTCOME = "outcome"
     """The settled outcome as codec JSON, written once with the terminal ``state`` by the
     settle helper of ``_prelude.lua`` (worker, caller, sweeper or claim)."""
@@ -91,6 +105,9 @@ class SessionField(StrEnum):
     METADATA = "metadata"
     """The harness's run-metadata labels as JSON (``create_session``); passed to every graph
     run's LangChain config."""
+    TENANT = "tenant"
+    """The tenant owning the session ('' for none), written by ``create_session``: only
+    its tenant sees the session and its tasks through the HTTP API."""
     BLOCKED = "blocked"
     """The task id of an unconfirmed start (``block_unconfirmed.lua``): while set, no handle
     starts another task of the session."""

@@ -85,6 +85,12 @@ class Settings(BaseSettings):
         description="A settled task's record and event stream expire this long after it "
         "settled (whatever path settled it).",
     )
+    idempotency_retention: timedelta = Field(
+        default=timedelta(hours=24),
+        gt=timedelta(0),
+        description="A start's Idempotency-Key answers a retried request with the same task "
+        "this long after the first request.",
+    )
     checkpoints_kept: int = Field(
         default=2,
         ge=1,
@@ -104,6 +110,7 @@ class Settings(BaseSettings):
         "sweep_interval",
         "handle_ttl",
         "task_retention",
+        "idempotency_retention",
         mode="before",
     )
     @classmethod

@@ -15,12 +15,19 @@ from . import scripts
 from .codec import dumps
 from .keys import Keys
 from .records import SessionField, TaskField
+from .statistics import TaskStatistics, parse_task_statistics
 
 DEFAULT_TASK_RETENTION = timedelta(days=7)
 
 
 class StartResult(StrEnum):
     OK = "ok"
+    QUEUED = "queued"
+    """Queued behind the session's running task (``enqueue``); detail: its position."""
+    REPLAY = "replay"
+    """The idempotency key started a task before; detail: that task's id."""
+    REUSED = "reused"
+    """The idempotency key started a task with another request; detail: that task's id."""
     UNKNOWN = "unknown"
     CLOSED = "closed"
     UNCONFIRMED = "unconfirmed"
@@ -114,6 +121,18 @@ class Settlement:
     result: SettleResult
     outcome: str = ""
     session_released: bool = False
+    promoted: str = ""
+    """The task this settle promoted from the session's queue: the settler publishes it."""
+
+
+class BusyPolicy(StrEnum):
+    """What a start does when its session has an unsettled task."""
+
+    REJECT = "reject"
+    """Refuse (``SessionBusyError``), the AHP default."""
+    ENQUEUE = "enqueue"
+    """Queue behind it; queued tasks run strictly in order, each when the one before
+    settled (LangGraph's server calls this strategy ``enqueue``)."""
 
 
 def _fields(flat: Any) -> dict[str, str]:
@@ -181,14 +200,11 @@ class RecordStore:
             self.keys.lease(session_id),
             self.keys.fence(session_id),
             self.keys.handles(session_id),
+            self.keys.running(),
+            self.keys.starting(),
         ]
         if unconfirmed_task:
-            keys += [
-                self.keys.task(unconfirmed_task),
-                self.keys.events(unconfirmed_task),
-                self.keys.running(),
-                self.keys.starting(),
-            ]
+            keys += [self.keys.task(unconfirmed_task), self.keys.events(unconfirmed_task)]
         reply = await self._release_session(
             keys=keys,
             args=[
@@ -234,16 +250,39 @@ class RecordStore:
 
     # -- starting -----------------------------------------------------------------------
     async def start_task(
-        self, session_id: str, task_id: str, input_json: str
+        self,
+        session_id: str,
+        task_id: str,
+        input_json: str,
+        *,
+        if_busy: BusyPolicy = BusyPolicy.REJECT,
+        idempotency: tuple[str, str] | None = None,
+        idempotency_retention: timedelta = timedelta(hours=24),
     ) -> tuple[StartResult, str]:
+        """Claim the session and write the task record (see ``start_task.lua``).
+
+        ``idempotency``: the client's key and a fingerprint of its request; a key used
+        before answers ``REPLAY`` (same fingerprint) or ``REUSED`` with the earlier task."""
+        key, fingerprint = idempotency if idempotency is not None else ("", "")
         reply = await self._start(
             keys=[
                 self.keys.session(session_id),
                 self.keys.task(task_id),
                 self.keys.lease(session_id),
                 self.keys.starting(),
+                self.keys.session_queue(session_id),
+                self.keys.idempotency(session_id, key),
+                self.keys.task_statistics(),
             ],
-            args=[task_id, input_json, self.keys.task_prefix(), session_id],
+            args=[
+                task_id,
+                input_json,
+                self.keys.task_prefix(),
+                session_id,
+                if_busy.value,
+                fingerprint,
+                max(1, int(idempotency_retention.total_seconds())),
+            ],
         )
         values = [_text(item) for item in reply]
         return StartResult(values[0]), values[1] if len(values) > 1 else ""
@@ -266,6 +305,19 @@ class RecordStore:
         """Block the session behind the start of ``task_id`` whose delivery is unknown."""
         keys = [self.keys.session(session_id), self.keys.task(task_id)]
         await self._block(keys=keys, args=[task_id])
+
+    async def task_statistics(self) -> TaskStatistics:
+        """The deployment's task counters and histograms (see ``wire.statistics``)."""
+        raw = await self.redis.hgetall(self.keys.task_statistics())
+        return parse_task_statistics({_text(k): _text(v) for k, v in raw.items()})
+
+    async def active_counts(self) -> tuple[int, int]:
+        """Tasks started and not yet claimed, and claimed and not yet settled, now."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zcard(self.keys.starting())
+        pipe.zcard(self.keys.running())
+        starting, running = await pipe.execute()
+        return int(starting), int(running)
 
     # -- worker side --------------------------------------------------------------------
     async def cancel_recorded(self, task_id: str) -> bool:
@@ -445,9 +497,11 @@ class RecordStore:
         result = SettleResult(values[0])
         if len(values) < 3:
             return Settlement(result)
-        return Settlement(result, values[1], values[2] == "1")
+        return Settlement(result, values[1], values[2] == "1", values[3] if len(values) > 3 else "")
 
-    async def cancel(self, session_id: str, task_id: str) -> tuple[CancelResult, str]:
+    async def cancel(self, session_id: str, task_id: str) -> tuple[CancelResult, str, str]:
+        """Record a cancellation request; returns the result, the outcome JSON when it
+        settled the task here, and the task promoted from the session's queue ('')."""
         reply = await self._cancel(
             keys=[
                 self.keys.task(task_id),
@@ -460,7 +514,11 @@ class RecordStore:
             args=[task_id, self.keys.cancel_channel(), self.retention_seconds],
         )
         values = [_text(item) for item in reply]
-        return CancelResult(values[0]), values[1] if len(values) > 1 else ""
+        return (
+            CancelResult(values[0]),
+            values[1] if len(values) > 1 else "",
+            values[2] if len(values) > 2 else "",
+        )
 
     async def renew(
         self, session_id: str, task_id: str, lease: str, lease_ms: int
@@ -470,13 +528,17 @@ class RecordStore:
         held, cancel = await self._renew(keys=keys, args=[lease, lease_ms])
         return bool(int(held)), _text(cancel) == "1"
 
-    async def release(self, session_id: str, task_id: str, lease: str) -> None:
+    async def release(self, session_id: str, task_id: str, lease: str) -> str:
+        """Free the session after a run that outlived its settled task ended; returns the
+        task promoted from the session's queue ('' if none), for the caller to publish."""
         keys = [
             self.keys.lease(session_id),
             self.keys.session(session_id),
             self.keys.task(task_id),
+            self.keys.starting(),
         ]
-        await self._release(keys=keys, args=[lease, task_id])
+        reply = await self._release(keys=keys, args=[lease, task_id])
+        return _text(reply[1])
 
     async def hand_back(self, session_id: str, task_id: str, lease: str) -> bool:
         """The stopping worker's run ended unsettled: requeued, not lost (see
@@ -485,5 +547,6 @@ class RecordStore:
             self.keys.lease(session_id),
             self.keys.session(session_id),
             self.keys.task(task_id),
+            self.keys.starting(),
         ]
         return bool(await self._hand_back(keys=keys, args=[lease, task_id]))

@@ -169,10 +169,11 @@ class SessionLease:
             if cancel:
                 self.cancel_requested.set()
 
-    async def release(self) -> None:
-        """Stop renewing and free the lease if it is still this run's."""
+    async def release(self) -> str:
+        """Stop renewing and free the lease if it is still this run's; returns the task
+        promoted from the session's queue ('' if none), to be published."""
         await self.stop()
-        await self.store.release(self.session_id, self.task_id, self.value)
+        return await self.store.release(self.session_id, self.task_id, self.value)
 
     async def hand_back(self) -> bool:
         """The worker is stopping and the run ended unsettled: stop renewing, free the lease

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +93,10 @@ _STATE_OF = {
 }
 
 
+Publish = Callable[[str, str], Awaitable[None]]
+"""Publishes a task's run message: ``publish(task_id, session_id)``."""
+
+
 class TaskRunner:
     def __init__(
         self,
@@ -105,6 +109,7 @@ class TaskRunner:
         token: str,
         delete_thread: ThreadDeleter,
         pruner: CheckpointPruner | None = None,
+        publish: Publish | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -114,6 +119,7 @@ class TaskRunner:
         self._token = token
         self._delete_thread = delete_thread
         self._pruner = pruner
+        self._publish = publish
         self._lease_ms = int(settings.lease_ttl.total_seconds() * 1000)
 
     async def run(self, task_id: str, session_id: str | None = None) -> None:
@@ -214,7 +220,7 @@ class TaskRunner:
         finally:
             await lease.stop()
             if not run_ended:
-                await lease.release()
+                await self._start_promoted(await lease.release(), session_id)
                 record_now = await self._store.session_record(session_id)
                 # Released: closed and not persistent, or already forgotten (no record).
                 released = not record_now or (
@@ -357,8 +363,20 @@ class TaskRunner:
             log.warning("task %s: settle refused, the lease was taken over", outcome.task_id)
         elif settlement.result is SettleResult.TERMINAL and run_ended:
             # Settled elsewhere (cleanup bound): the run has ended now, free the session.
-            await self._store.release(session_id, outcome.task_id.value, lease)
+            promoted = await self._store.release(session_id, outcome.task_id.value, lease)
+            await self._start_promoted(promoted, session_id)
+        await self._start_promoted(settlement.promoted, session_id)
         return settlement.session_released
+
+    async def _start_promoted(self, task_id: str, session_id: str) -> None:
+        """Publish the run of the task the settle promoted from the session's queue. A
+        failure is logged: the sweeper publishes it after its hold-off (see promote())."""
+        if not task_id or self._publish is None:
+            return
+        try:
+            await self._publish(task_id, session_id)
+        except Exception:
+            log.exception("publishing queued task %s failed; the sweeper will", task_id)
 
     async def _settle_retrying(
         self,

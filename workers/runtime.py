@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import CancelledError, Future
 from typing import Any, TypeVar
 from uuid import uuid4
@@ -75,6 +75,15 @@ class _Deleter(ThreadDeleter):
         await self._saver.adelete_thread(thread_id)
 
 
+def _off_loop(publish: Callable[[str, str], None]) -> Callable[[str, str], Awaitable[None]]:
+    """Celery's publish blocks: run it in a thread, off the worker's event loop."""
+
+    async def publish_off_loop(task_id: str, session_id: str) -> None:
+        await asyncio.to_thread(publish, task_id, session_id)
+
+    return publish_off_loop
+
+
 class _LoopState:
     """Everything that lives inside the worker loop."""
 
@@ -115,6 +124,7 @@ class _LoopState:
                 self.store,
                 settings.checkpoints_kept,
             ),
+            publish=_off_loop(republish) if republish is not None else None,
         )
         self.cancel_listener = CancelListener(self.redis, self.keys, self.runs)
         self.maintenance = MaintenanceConsumer(
@@ -127,12 +137,7 @@ class _LoopState:
         self.background: list[asyncio.Task[None]] = []
         self.sweeper: LeaseSweeper | None = None
         if republish is not None:
-            publish = republish
-
-            async def republish_off_loop(task_id: str, session_id: str) -> None:
-                await asyncio.to_thread(publish, task_id, session_id)
-
-            self.sweeper = LeaseSweeper(settings, self.store, republish_off_loop)
+            self.sweeper = LeaseSweeper(settings, self.store, _off_loop(republish))
 
     async def open(self) -> None:
         missing = await missing_modules(

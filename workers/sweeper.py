@@ -92,7 +92,7 @@ class LeaseSweeper:
         for task_id, session_id in await self._store.starts_of_released_sessions(
             self._unclaimed_ms
         ):
-            cancelled, _ = await self._store.cancel(session_id, task_id)
+            cancelled, _, _ = await self._store.cancel(session_id, task_id)
             if cancelled is CancelResult.SETTLED:
                 log.warning("task %s started on a released session; settled cancelled", task_id)
                 recovered.append(task_id)

@@ -31,6 +31,52 @@ end
 local function absent(value)
   return value == nil or value == cjson.null
 end
+-- The deployment's task statistics (Keys.task_statistics): the scripts that settle, claim
+-- and promote get the starting set's key, '<namespace>:starting', and name the hash
+-- beside it.
+local function statistics_key(starting)
+  return string.sub(starting, 1, #starting - #'starting') .. 'stats:tasks'
+end
+-- Histogram bounds in seconds (Prometheus 'le' labels); each observation counts in the
+-- first bucket it fits (the reader makes them cumulative), with a sum and a count.
+local BOUNDS = {'0.005', '0.01', '0.025', '0.05', '0.1', '0.25', '0.5', '1', '2.5', '5', '10',
+                '30', '60', '300'}
+local function observe(stats, name, ms)
+  if ms < 0 then ms = 0 end
+  local le = '+Inf'
+  for _, bound in ipairs(BOUNDS) do
+    if ms <= tonumber(bound) * 1000 then le = bound; break end
+  end
+  redis.call('HINCRBY', stats, name .. ':' .. le, 1)
+  redis.call('HINCRBY', stats, name .. ':sum_ms', ms)
+  redis.call('HINCRBY', stats, name .. ':count', 1)
+end
+-- The task a settle or release promoted from its session's queue ('' if none): the
+-- script that ran it returns it, so its caller publishes the run at once.
+local PROMOTED = ''
+-- The session is free: start the first task queued behind the one that ended (the
+-- 'enqueue' strategy), strictly in order. Queued tasks settled meanwhile (cancelled)
+-- are skipped. The promoted task is STARTING with its publish owed ('published' 1): the
+-- party that promoted it publishes it; if that party dies first, the sweeper publishes
+-- it after the hold-off (it is due in the starting set at once, score 0).
+local function promote(session, prefix, starting)
+  if redis.call('HGET', session, 'closed') == '1' then return end
+  local queue = session .. ':queue'
+  while true do
+    local next_id = redis.call('LPOP', queue)
+    if not next_id then return end
+    local key = prefix .. next_id
+    if redis.call('HGET', key, 'state') == 'starting' then
+      redis.call('HSET', session, 'active', next_id)
+      redis.call('HDEL', key, 'queued')
+      redis.call('HSET', key, 'published', '1', 'recover_at', now_ms() + 3000)
+      redis.call('ZADD', starting, 0, next_id)
+      redis.call('HINCRBY', statistics_key(starting), 'queued', -1)
+      PROMOTED = next_id
+      return
+    end
+  end
+end
 -- Record a terminal outcome: commit session usage once, keep the answer text streamed
 -- so far as the partial output of an outcome that carries none, append the terminal
 -- event, free the session when no graph run holds it any more, take the task out of the
@@ -53,7 +99,18 @@ local function settle(task, session, events, lease, running, starting, task_id, 
     end
   end
   local encoded = cjson.encode(outcome)
-  redis.call('HSET', task, 'state', state, 'outcome', encoded)
+  local now = now_ms()
+  local stats = statistics_key(starting)
+  if redis.call('HGET', task, 'queued') == '1' then
+    -- Settled while waiting behind another task (cancelled, or its session released).
+    redis.call('LREM', session .. ':queue', 0, task_id)
+    redis.call('HDEL', task, 'queued')
+    redis.call('HINCRBY', stats, 'queued', -1)
+  end
+  redis.call('HSET', task, 'state', state, 'outcome', encoded, 'settled_ms', now)
+  redis.call('HINCRBY', stats, 'settled:' .. state, 1)
+  local created = tonumber(redis.call('HGET', task, 'created_ms') or '')
+  if created then observe(stats, 'duration', now - created) end
   redis.call('XADD', events, '*', 'k', 'e', 't', 'terminal', 'd', encoded)
   redis.call('ZREM', running, task_id)
   redis.call('ZREM', starting, task_id)
@@ -68,6 +125,7 @@ local function settle(task, session, events, lease, running, starting, task_id, 
   end
   if not held and redis.call('HGET', session, 'active') == task_id then
     redis.call('HSET', session, 'active', '')
+    promote(session, string.sub(task, 1, #task - #task_id), starting)
   end
   redis.call('EXPIRE', task, retention)
   redis.call('EXPIRE', events, retention)

@@ -4,7 +4,7 @@
 -- Records the request durably (once). A task no worker claimed yet is settled Cancelled
 -- with measured-zero usage right here, so it can never start; a running one is told at
 -- once over the channel (the durable flag covers a missed message).
--- Returns {'settled', outcome} | {'requested', first (1|0)} | {'terminal'} | {'missing'}
+-- Returns {'settled', outcome, promoted task id or ''} | {'requested', first (1|0)} | {'terminal'} | {'missing'}
 --! include prelude
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'missing'} end
@@ -14,7 +14,7 @@ if state == 'starting' then
   local outcome = {type='cancelled', task_id=ARGV[1], output=cjson.null, usage=usage_zero()}
   local encoded = settle(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[1],
                          'cancelled', outcome, '', false, tonumber(ARGV[3]))
-  return {'settled', encoded}
+  return {'settled', encoded, PROMOTED}
 end
 redis.call('PUBLISH', ARGV[2], ARGV[1])
 return {'requested', first}

@@ -30,6 +30,8 @@ if not state then return counted('missing') end
 if redis.call('HGET', KEYS[1], 'session') ~= ARGV[3] then return counted('missing') end
 redis.call('ZREM', KEYS[7], ARGV[4])
 if TERMINAL[state] then return counted('terminal') end
+-- Queued behind another task: no message of it should exist before its promotion.
+if redis.call('HGET', KEYS[1], 'queued') == '1' then return counted('busy') end
 local retention = tonumber(ARGV[9])
 local flags = redis.call('HMGET', KEYS[5], 'closed', 'persistent')
 local released = redis.call('EXISTS', KEYS[5]) == 0 or (flags[1] == '1' and flags[2] ~= '1')
@@ -83,6 +85,8 @@ redis.call('HDEL', KEYS[1], 'recover_at', 'partial')
 redis.call('ZADD', KEYS[6], now, ARGV[4])
 if state == 'starting' then
   redis.call('XADD', KEYS[4], '*', 'k', 'e', 't', 'started', 'd', '{}')
+  local created = tonumber(redis.call('HGET', KEYS[1], 'created_ms') or '')
+  if created then observe(statistics_key(KEYS[7]), 'wait', now - created) end
 end
 redis.call('HINCRBY', KEYS[8], 'claimed', 1)
 return {'claimed', value, previous, deliveries, redis.call('HGETALL', KEYS[1]),

@@ -1,4 +1,4 @@
--- KEYS[1] session lease, KEYS[2] session hash, KEYS[3] task hash
+-- KEYS[1] session lease, KEYS[2] session hash, KEYS[3] task hash, KEYS[4] starting set
 -- ARGV[1] lease value, ARGV[2] task id
 -- The worker is stopping and this run ended unsettled: the task goes back to the queue,
 -- and that is no loss. Frees the lease, marks the record handed back (the next claim
@@ -16,5 +16,6 @@ if state == 'running' then
 end
 if (not state or TERMINAL[state]) and redis.call('HGET', KEYS[2], 'active') == ARGV[2] then
   redis.call('HSET', KEYS[2], 'active', '')
+  promote(KEYS[2], string.sub(KEYS[3], 1, #KEYS[3] - #ARGV[2]), KEYS[4])
 end
 return 0

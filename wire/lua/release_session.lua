@@ -1,6 +1,6 @@
 -- KEYS[1] session hash, KEYS[2] session lease, KEYS[3] session fence counter,
--- KEYS[4] session handles; with an unconfirmed start of this handle: KEYS[5] its task hash,
--- KEYS[6] its events, KEYS[7] running set, KEYS[8] starting set
+-- KEYS[4] session handles, KEYS[5] running set, KEYS[6] starting set; with an unconfirmed
+-- start of this handle: KEYS[7] its task hash, KEYS[8] its events
 -- ARGV[1] task key prefix, ARGV[2] 'close' | 'forget', ARGV[3] the unconfirmed start's task
 -- id ('' if none), ARGV[4] retention seconds of a settled task's record and stream
 -- Releases a non-persistent session. 'close' marks it closed (no task may start any more);
@@ -15,11 +15,22 @@
 -- Returns {'forgotten'} | {'closed', active task id} | {'unknown'}
 --! include prelude
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'unknown'} end
+local queue = KEYS[1] .. ':queue'
 if ARGV[2] == 'close' then
   redis.call('HSET', KEYS[1], 'closed', '1')
-  if #KEYS >= 8 and ARGV[3] ~= '' and redis.call('HGET', KEYS[5], 'state') == 'starting' then
+  -- Tasks queued behind the active one never run now: settled Cancelled, zero usage.
+  for _, queued in ipairs(redis.call('LRANGE', queue, 0, -1)) do
+    local key = ARGV[1] .. queued
+    if redis.call('HGET', key, 'state') == 'starting' then
+      local outcome = {type='cancelled', task_id=queued, output=cjson.null, usage=usage_zero()}
+      settle(key, KEYS[1], key .. ':events', KEYS[2], KEYS[5], KEYS[6], queued,
+             'cancelled', outcome, '', false, tonumber(ARGV[4]))
+    end
+  end
+  redis.call('DEL', queue)
+  if #KEYS >= 8 and ARGV[3] ~= '' and redis.call('HGET', KEYS[7], 'state') == 'starting' then
     local outcome = {type='cancelled', task_id=ARGV[3], output=cjson.null, usage=usage_zero()}
-    settle(KEYS[5], KEYS[1], KEYS[6], KEYS[2], KEYS[7], KEYS[8], ARGV[3], 'cancelled', outcome,
+    settle(KEYS[7], KEYS[1], KEYS[8], KEYS[2], KEYS[5], KEYS[6], ARGV[3], 'cancelled', outcome,
            '', false, tonumber(ARGV[4]))
   end
   local active = redis.call('HGET', KEYS[1], 'active') or ''
@@ -28,5 +39,5 @@ if ARGV[2] == 'close' then
     if state and not TERMINAL[state] then return {'closed', active} end
   end
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], queue)
 return {'forgotten'}

@@ -3,7 +3,7 @@
 -- ARGV[1] lease value ('' when the caller settles without holding the lease)
 -- ARGV[2] terminal state, ARGV[3] outcome JSON, ARGV[4] '1' if the settling run ended,
 -- ARGV[5] task id, ARGV[6] retention seconds of the task record and stream
--- Returns {'settled', outcome, released} | {'terminal', outcome, released} | {'stale'}
+-- Returns {'settled', outcome, released, promoted task id or ''} | {'terminal', outcome, released} | {'stale'}
 --         | {'missing'}; released is '1' when the session is closed and not persistent, or
 --         its record is gone (released and forgotten).
 --! include prelude
@@ -18,4 +18,4 @@ end
 if ARGV[1] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[1] then return {'stale'} end
 local encoded = settle(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[5], ARGV[2],
                        cjson.decode(ARGV[3]), ARGV[1], ARGV[4] == '1', tonumber(ARGV[6]))
-return {'settled', encoded, released}
+return {'settled', encoded, released, PROMOTED}

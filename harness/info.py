@@ -1,0 +1,114 @@
+"""Read-only views of sessions, tasks and the pool, read from the records in Redis.
+
+These are what the HTTP API answers with and what an operator's tool shows: plain frozen
+records, decoded once, with ``None`` wherever the records do not know.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from agent_harness_protocol import AgentUsage, TaskOutcome, TaskState
+
+from wire.codec import RemoteCause, loads, outcome_from_json, usage_from_json
+from wire.records import SessionField, TaskField
+from wire.statistics import TaskStatistics
+
+from .errors import RemoteTaskError
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    id: str
+    tenant: str
+    persistent: bool
+    closed: bool
+    active_task: str | None
+    """The session's unsettled (or last) task, if any."""
+    queued_tasks: tuple[str, ...]
+    """Tasks waiting behind the active one, in the order they will run."""
+    turns: int
+    usage: AgentUsage | None
+    """Cumulative usage; ``None`` when nothing measured it."""
+    profile: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInfo:
+    id: str
+    session_id: str
+    tenant: str
+    state: TaskState
+    outcome: TaskOutcome | None
+    """The settled outcome; ``None`` until the task is terminal."""
+    queued: bool
+    """Waiting behind its session's running task."""
+    cancel_requested: bool
+    deliveries: int
+    created_at: datetime | None
+    claimed_at: datetime | None
+    """The latest claim by a worker."""
+    settled_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMetrics:
+    """The pool's task figures, for Prometheus (``harness.api``) or an operator."""
+
+    statistics: TaskStatistics
+    starting: int
+    """Started and not yet claimed by a worker (queued ones not included)."""
+    running: int
+    """Claimed by a worker and not settled."""
+    queue_depth: int | None
+    """Run messages waiting at the broker; ``None`` when the broker is another Redis."""
+
+
+def _remote(cause: RemoteCause) -> RemoteTaskError:
+    return RemoteTaskError(cause.type_name, cause.module, cause.message)
+
+
+def _time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+
+
+def session_info(
+    session_id: str, record: Mapping[str, str], queued: tuple[str, ...]
+) -> SessionInfo:
+    usage_json = record.get(SessionField.USAGE, "")
+    usage = usage_from_json(loads(usage_json)) if usage_json else None
+    return SessionInfo(
+        id=session_id,
+        tenant=record.get(SessionField.TENANT, ""),
+        persistent=record.get(SessionField.PERSISTENT) == "1",
+        closed=record.get(SessionField.CLOSED) == "1",
+        active_task=record.get(SessionField.ACTIVE) or None,
+        queued_tasks=queued,
+        turns=int(record.get(SessionField.TURNS, "0") or "0"),
+        usage=usage,
+        profile=record.get(SessionField.PROFILE, ""),
+    )
+
+
+def task_info(task_id: str, record: Mapping[str, str]) -> TaskInfo:
+    outcome_json = record.get(TaskField.OUTCOME, "")
+    return TaskInfo(
+        id=task_id,
+        session_id=record.get(TaskField.SESSION, ""),
+        tenant=record.get(TaskField.TENANT, ""),
+        state=TaskState(record.get(TaskField.STATE, TaskState.STARTING.value)),
+        outcome=outcome_from_json(loads(outcome_json), _remote) if outcome_json else None,
+        queued=record.get(TaskField.QUEUED) == "1",
+        cancel_requested=record.get(TaskField.CANCEL) == "1",
+        deliveries=int(record.get(TaskField.DELIVERIES, "0") or "0"),
+        created_at=_time(record.get(TaskField.CREATED_MS)),
+        claimed_at=_time(record.get(TaskField.CLAIMED_MS)),
+        settled_at=_time(record.get(TaskField.SETTLED_MS)),
+    )
+
+
+__all__ = ["SessionInfo", "TaskInfo", "TaskMetrics", "session_info", "task_info"]
