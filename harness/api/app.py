@@ -106,7 +106,8 @@ def create_app(
             await events_redis.aclose()
             await events_redis.connection_pool.disconnect()
             if owned:
-                await used.aclose()
+                # Sessions stay open for other replicas (or this one, restarted).
+                await used.detach()
 
     app = FastAPI(
         title="agent-harness-protocol-celery",

@@ -18,8 +18,8 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, 
 from sse_starlette import EventSourceResponse
 
 from harness.errors import UnknownTaskError
-from harness.session import IfBusy
 from harness.task import CeleryTask
+from wire.store import BusyPolicy
 
 from .auth import tenant
 from .events import ENTRY_ID, task_events
@@ -138,7 +138,7 @@ async def start_task(
     task = await session.start_task(
         TaskRequest(TextInput(body.input)),
         idempotency_key=idempotency_key,
-        if_busy=IfBusy(body.if_busy.value),
+        if_busy=BusyPolicy(body.if_busy.value),
     )
     api.handles.add_task(tenant, task)
     replayed = bool(task.replayed)

@@ -1,0 +1,186 @@
+"""The HTTP API under test: in-process (ASGI transport) and behind a real uvicorn server.
+
+Both serve the app from ``harness.api.create_app`` over a real ``CeleryHarness`` (real
+Redis, real workers); only the chat model is controlled. Tokens here are test secrets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import redis
+import uvicorn
+from fastapi import FastAPI
+
+from harness import CeleryHarness
+from harness.api import ApiSettings, create_app
+from harness.runtime import PublisherFactory
+from wire.settings import Settings
+
+from .boundary import ModelBoundary
+
+TOKENS = {"alpha": "alpha-token-0123456789abcdef", "beta": "beta-token-0123456789abcdef"}
+WEBHOOK_SECRET = "webhook-secret-for-tests"
+
+
+def api_settings(**overrides: Any) -> ApiSettings:
+    values: dict[str, Any] = {"tokens": TOKENS, "webhook_secret": WEBHOOK_SECRET}
+    values.update(overrides)
+    return ApiSettings(**values)
+
+
+def auth(tenant: str = "alpha") -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[tenant]}"}
+
+
+def api_harness(
+    settings: Settings,
+    boundary: ModelBoundary,
+    profile: str = "confirmed",
+    publisher_factory: PublisherFactory | None = None,
+) -> CeleryHarness:
+    return CeleryHarness(
+        settings,
+        profile=profile,
+        run_metadata=boundary.run_metadata,
+        publisher_factory=publisher_factory,
+    )
+
+
+@asynccontextmanager
+async def in_process(
+    harness: CeleryHarness, api: ApiSettings | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the app in this event loop; the harness is closed after it."""
+    app = create_app(api or api_settings(), harness)
+    try:
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app), base_url="http://api", timeout=60
+            ) as client,
+        ):
+            yield client
+    finally:
+        await harness.aclose()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass(frozen=True, slots=True)
+class LiveServer:
+    url: str
+    app: FastAPI
+
+
+@contextmanager
+def live_server(harness: CeleryHarness, api: ApiSettings | None = None) -> Iterator[LiveServer]:
+    """The app behind a real uvicorn server on a free port, in a thread with its own event
+    loop (where the harness opens its clients, and is closed after the server stopped)."""
+    app = create_app(api or api_settings(), harness)
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        async def serve() -> None:
+            try:
+                await server.serve()
+            finally:
+                await harness.aclose()
+
+        try:
+            asyncio.run(serve())
+        except BaseException as error:
+            failure.append(error)
+
+    thread = threading.Thread(target=run, name="uvicorn", daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError(f"uvicorn did not start: {failure}")
+            thread.join(0.01)
+        yield LiveServer(f"http://127.0.0.1:{port}", app)
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        assert not thread.is_alive(), "uvicorn did not stop"
+        assert not failure, failure
+
+
+def keyspace(client: redis.Redis) -> dict[str, str]:
+    """Every key of the deployment's Redis with a digest of its value: what a refused
+    request must leave unchanged (the controlled model's own keys are left out)."""
+    snapshot: dict[str, str] = {}
+    for key in client.scan_iter(count=1000):
+        name = key if isinstance(key, str) else key.decode()
+        if name.startswith("ahp-test:"):
+            continue
+        kind = client.type(name)
+        if kind == "hash":
+            value: Any = client.hgetall(name)
+        elif kind == "string":
+            value = client.get(name)
+        elif kind == "list":
+            value = client.lrange(name, 0, -1)
+        elif kind == "set":
+            value = sorted(client.smembers(name))
+        elif kind == "stream":
+            value = client.xlen(name)
+        else:
+            value = kind
+        snapshot[name] = json.dumps(value, sort_keys=True, default=str)
+    return snapshot
+
+
+@dataclass
+class SseEvent:
+    id: str
+    event: str
+    data: dict[str, Any]
+
+
+async def read_events(
+    response: httpx.Response, limit: int | None = None
+) -> list[SseEvent]:
+    """Parse an SSE body (``limit``: stop after that many events)."""
+    events: list[SseEvent] = []
+    fields: dict[str, str] = {}
+    async for line in response.aiter_lines():
+        if line == "":
+            if "data" in fields:
+                events.append(
+                    SseEvent(fields.get("id", ""), fields.get("event", ""), json.loads(fields["data"]))
+                )
+                if limit is not None and len(events) >= limit:
+                    return events
+            fields = {}
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        fields[name] = value[1:] if value.startswith(" ") else value
+    return events
+
+
+def problem_of(response: httpx.Response) -> Mapping[str, Any]:
+    assert response.headers["content-type"].startswith("application/problem+json"), response.text
+    body: Mapping[str, Any] = response.json()
+    assert body["status"] == response.status_code
+    assert body["type"].startswith("https://") and body["title"] and body["detail"]
+    return body
