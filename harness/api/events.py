@@ -5,7 +5,8 @@ its stream entry id. A client that reconnects with ``Last-Event-ID`` continues w
 entry right after it: nothing is skipped and nothing repeats, for as long as the stream is
 retained (``AHP_TASK_RETENTION`` after the task settled). The stream ends after the
 terminal event (``task_completed``, ``task_failed``, ``task_cancelled`` or
-``task_unresolved``), whose data carries the outcome.
+``task_unresolved``), whose data carries the outcome. A stream that ends without one
+(the server stopped, Redis failed) is resumed by reconnecting with ``Last-Event-ID``.
 
 Event names and data (every ``data`` is a JSON object with ``task_id``):
 ``task_started``; ``message_delta`` and ``message_completed`` (``message_id``, ``text``,
@@ -18,11 +19,13 @@ entry that could not be decoded); and the terminal events (``outcome``).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
 from agent_harness_protocol import (
+    HarnessTransportError,
     MessageCompleted,
     MessageDelta,
     TaskEvent,
@@ -34,6 +37,7 @@ from agent_harness_protocol import (
     Warning,
 )
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from sse_starlette import ServerSentEvent
 
 from wire.codec import DIAGNOSTIC, diagnostic_from_entry, dumps, event_from_entry
@@ -42,10 +46,13 @@ from wire.keys import Keys
 
 from .models import Outcome, Usage
 
+log = logging.getLogger(__name__)
+
 ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 """A Redis stream entry id: the only ``Last-Event-ID`` accepted."""
 
-_BLOCK_MS = 5000
+_BLOCK_MS = 2000
+"""Below the client's socket timeout (redis-py: 5 s)."""
 _BATCH = 256
 
 _TERMINAL_NAMES = {
@@ -127,15 +134,20 @@ async def task_events(
     key = keys.events(task_id)
     last = after
     while True:
-        reply = await redis.xread({key: last}, count=_BATCH, block=_BLOCK_MS)
-        if not reply:
-            if not await settled():
-                continue
-            # The terminal entry is appended in the same step that settles the record:
-            # one more read sees it if it is after the cursor.
-            reply = await redis.xread({key: last}, count=_BATCH)
+        try:
+            reply = await redis.xread({key: last}, count=_BATCH, block=_BLOCK_MS)
             if not reply:
-                return
+                if not await settled():
+                    continue
+                # The terminal entry is appended in the same step that settles the
+                # record: one more read sees it if it is after the cursor.
+                reply = await redis.xread({key: last}, count=_BATCH)
+                if not reply:
+                    return
+        except (RedisError, HarnessTransportError) as error:
+            # The client reconnects with the last id it received and misses nothing.
+            log.warning("event stream of task %s ended early: %s", task_id, type(error).__name__)
+            return
         streams = cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply)
         for _, entries in streams:
             for entry_id, fields in entries:
