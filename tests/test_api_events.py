@@ -73,9 +73,7 @@ async def test_a_client_that_disconnects_mid_stream_resumes_without_gap_or_dupli
     harness = api_harness(settings, boundary, profile="streaming")
     with live_server(harness) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
-            session_id = (await client.post("/v1/sessions", json={}, headers=auth())).json()[
-                "id"
-            ]
+            session_id = (await client.post("/v1/sessions", json={}, headers=auth())).json()["id"]
             boundary.hold()  # the streaming profile holds before its reply
             task = (
                 await client.post(

@@ -125,11 +125,14 @@ def live_server(harness: CeleryHarness, api: ApiSettings | None = None) -> Itera
 
 def keyspace(client: redis.Redis) -> dict[str, str]:
     """Every key of the deployment's Redis with a digest of its value: what a refused
-    request must leave unchanged (the controlled model's own keys are left out)."""
+    request must leave unchanged. Left out: the controlled model's own keys, the workers'
+    maintenance-consumer liveness keys (a worker's heartbeat, not a request's) and
+    kombu's in-flight bookkeeping (``unacked*``: emptied when an earlier run is acked);
+    a published run still shows in its task record and the queue lists."""
     snapshot: dict[str, str] = {}
     for key in client.scan_iter(count=1000):
         name = key if isinstance(key, str) else key.decode()
-        if name.startswith("ahp-test:"):
+        if name.startswith(("ahp-test:", "unacked")) or ":maintenance:consumer" in name:
             continue
         kind = client.type(name)
         if kind == "hash":
@@ -142,6 +145,8 @@ def keyspace(client: redis.Redis) -> dict[str, str]:
             value = sorted(client.smembers(name))
         elif kind == "stream":
             value = client.xlen(name)
+        elif kind == "none":
+            continue  # expired between the scan and the read
         else:
             value = kind
         snapshot[name] = json.dumps(value, sort_keys=True, default=str)
@@ -155,9 +160,7 @@ class SseEvent:
     data: dict[str, Any]
 
 
-async def read_events(
-    response: httpx.Response, limit: int | None = None
-) -> list[SseEvent]:
+async def read_events(response: httpx.Response, limit: int | None = None) -> list[SseEvent]:
     """Parse an SSE body (``limit``: stop after that many events)."""
     events: list[SseEvent] = []
     fields: dict[str, str] = {}
@@ -165,7 +168,9 @@ async def read_events(
         if line == "":
             if "data" in fields:
                 events.append(
-                    SseEvent(fields.get("id", ""), fields.get("event", ""), json.loads(fields["data"]))
+                    SseEvent(
+                        fields.get("id", ""), fields.get("event", ""), json.loads(fields["data"])
+                    )
                 )
                 if limit is not None and len(events) >= limit:
                     return events
