@@ -96,7 +96,8 @@ async def test_another_tenants_session_and_task_answer_exactly_like_unknown_ones
         assert keyspace(sync_redis) == before
         # The owner still has both, untouched.
         mine = await client.get(f"/v1/sessions/{session_id}", headers=auth())
-        assert mine.status_code == 200 and mine.json()["closed"] is False
+        assert mine.status_code == 200
+        assert mine.json()["closed"] is False
         assert (await client.get(f"/v1/tasks/{task['id']}", headers=auth())).json()[
             "state"
         ] == "completed"
@@ -235,16 +236,20 @@ async def test_a_start_the_broker_refused_is_503_and_safe_to_repeat(
         assert refused.status_code == 503
         assert refused.headers["retry-after"] == "1"
         body = problem_of(refused)
-        assert body["type"].endswith("/transport-error") and body["retry"] == "safe"
-        assert "redis://" not in refused.text and "Traceback" not in refused.text
+        assert body["type"].endswith("/transport-error")
+        assert body["retry"] == "safe"
+        assert "redis://" not in refused.text
+        assert "Traceback" not in refused.text
         repeated = await client.post(
             f"/v1/sessions/{session_id}/tasks",
             json={"input": "retry me"},
             params={"wait": 30},
             headers=auth(),
         )
-        assert repeated.status_code == 201 and repeated.json()["state"] == "completed"
-        assert starts.never_accepted() and repeated.json()["id"] not in starts.never_accepted()
+        assert repeated.status_code == 201
+        assert repeated.json()["state"] == "completed"
+        assert starts.never_accepted()
+        assert repeated.json()["id"] not in starts.never_accepted()
 
 
 async def test_an_unconfirmed_start_names_its_task_and_blocks_the_session(
@@ -260,13 +265,15 @@ async def test_an_unconfirmed_start_names_its_task_and_blocks_the_session(
         )
         assert unconfirmed.status_code == 503
         body = problem_of(unconfirmed)
-        assert body["type"].endswith("/start-unconfirmed") and body["retry"] == "unsafe"
+        assert body["type"].endswith("/start-unconfirmed")
+        assert body["retry"] == "unsafe"
         assert body["session_id"] == session_id
         task_id = body["task_id"]
         assert f"/v1/tasks/{task_id}" in body["detail"]
         # The named task is there to look at (the broker did get it: it runs once).
         fate = await client.get(f"/v1/tasks/{task_id}", params={"wait": 30}, headers=auth())
-        assert fate.status_code == 200 and fate.json()["state"] == "completed", fate.text
+        assert fate.status_code == 200, fate.text
+        assert fate.json()["state"] == "completed", fate.text
         blocked = await client.post(
             f"/v1/sessions/{session_id}/tasks", json={"input": "more"}, headers=auth()
         )

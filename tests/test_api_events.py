@@ -42,7 +42,8 @@ async def test_the_event_stream_ends_with_the_outcome_and_resumes_after_any_even
             assert response.headers["content-type"].startswith("text/event-stream")
             full = await read_events(response)
         names = [event.event for event in full]
-        assert names[0] == "task_started" and names[-1] == "task_completed"
+        assert names[0] == "task_started"
+        assert names[-1] == "task_completed"
         assert full[-1].data["outcome"] == task["outcome"]
         deltas = [event.data["text"] for event in full if event.event == "message_delta"]
         # The slow profile streams 20 chunks, then its reply.

@@ -21,7 +21,8 @@ async def test_a_session_runs_a_task_and_is_released(
         assert created.status_code == 201, created.text
         session = created.json()
         assert created.headers["location"] == f"/v1/sessions/{session['id']}"
-        assert session["persistent"] is False and session["closed"] is False
+        assert session["persistent"] is False
+        assert session["closed"] is False
         assert session["turns"] == 0
 
         started = await client.post(
@@ -59,7 +60,8 @@ async def test_a_session_runs_a_task_and_is_released(
         assert problem_of(gone)["session_id"] == session["id"]
         # The task stays readable for its retention after the session went.
         kept = await client.get(f"/v1/tasks/{task['id']}", headers=auth())
-        assert kept.status_code == 200 and kept.json()["state"] == "completed"
+        assert kept.status_code == 200
+        assert kept.json()["state"] == "completed"
 
 
 async def test_a_persistent_session_keeps_its_context_and_reopens_with_new_instructions(
@@ -106,7 +108,8 @@ async def test_a_persistent_session_keeps_its_context_and_reopens_with_new_instr
         last_call = boundary.calls_for(second.json()["id"])[-1]
         texts = "\n".join(last_call["texts"])  # type: ignore[arg-type]
         # The second turn sees the first turn's context and the new instructions.
-        assert "marker-p1" in texts and "second-instructions" in texts
+        assert "marker-p1" in texts
+        assert "second-instructions" in texts
         assert "first-instructions" not in texts
         # Reconfiguring a session this API holds open is refused, and says why.
         busy = await client.post(
@@ -143,13 +146,16 @@ async def test_a_busy_session_rejects_or_queues_and_runs_queued_tasks_in_order(
         third = await client.post(
             tasks_url, json={"input": "third", "if_busy": "enqueue"}, headers=auth()
         )
-        assert second.status_code == 201 and third.status_code == 201
-        assert second.json()["queued"] is True and second.json()["state"] == "starting"
+        assert second.status_code == 201
+        assert third.status_code == 201
+        assert second.json()["queued"] is True
+        assert second.json()["state"] == "starting"
         rejected = await client.post(tasks_url, json={"input": "fourth"}, headers=auth())
         assert rejected.status_code == 409
         body = problem_of(rejected)
         assert body["type"].endswith("/session-busy")
-        assert body["session_id"] == session_id and body["task_id"] == first["id"]
+        assert body["session_id"] == session_id
+        assert body["task_id"] == first["id"]
 
         session = (await client.get(f"/v1/sessions/{session_id}", headers=auth())).json()
         assert session["active_task_id"] == first["id"]
@@ -188,7 +194,8 @@ async def test_a_running_task_is_cancelled_over_http(
         assert boundary.was_cancelled(task["id"])
         # Cancelling a settled task changes nothing.
         again = await client.post(f"/v1/tasks/{task['id']}/cancel", headers=auth())
-        assert again.status_code == 202 and again.json()["outcome"] == settled.json()["outcome"]
+        assert again.status_code == 202
+        assert again.json()["outcome"] == settled.json()["outcome"]
 
 
 async def test_answering_an_interaction_a_task_does_not_have_is_not_found(
@@ -211,4 +218,5 @@ async def test_answering_an_interaction_a_task_does_not_have_is_not_found(
         )
         assert answered.status_code == 404
         body = problem_of(answered)
-        assert body["type"].endswith("/unknown-interaction") and body["task_id"] == task["id"]
+        assert body["type"].endswith("/unknown-interaction")
+        assert body["task_id"] == task["id"]

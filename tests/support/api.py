@@ -187,5 +187,7 @@ def problem_of(response: httpx.Response) -> Mapping[str, Any]:
     assert response.headers["content-type"].startswith("application/problem+json"), response.text
     body: Mapping[str, Any] = response.json()
     assert body["status"] == response.status_code
-    assert body["type"].startswith("https://") and body["title"] and body["detail"]
+    assert body["type"].startswith("https://")
+    assert body["title"]
+    assert body["detail"]
     return body
