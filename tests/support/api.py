@@ -57,9 +57,11 @@ def api_harness(
 
 @asynccontextmanager
 async def in_process(
-    harness: CeleryHarness, api: ApiSettings | None = None
+    harness: CeleryHarness, api: ApiSettings | None = None, *, detach: bool = False
 ) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of the app in this event loop; the harness is closed after it."""
+    """A client of the app in this event loop. After it the harness is closed (its
+    sessions released), or with ``detach`` detached as the app detaches a harness of its
+    own when it stops (sessions left open for other replicas)."""
     app = create_app(api or api_settings(), harness)
     try:
         async with (
@@ -70,7 +72,33 @@ async def in_process(
         ):
             yield client
     finally:
-        await harness.aclose()
+        await (harness.detach() if detach else harness.aclose())
+
+
+@asynccontextmanager
+async def owned_app(api: ApiSettings | None = None) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of an app that builds its own harness from the environment (``AHP_*``),
+    as ``uvicorn --factory`` runs it, and detaches it when it stops."""
+    app = create_app(api or api_settings())
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app), base_url="http://api", timeout=60
+        ) as client,
+    ):
+        yield client
+
+
+def deployment_environment(settings: Settings) -> dict[str, str]:
+    """The ``AHP_*`` variables that make ``Settings()`` equal the test deployment's."""
+    return {
+        "AHP_REDIS_URL": settings.redis_url,
+        "AHP_NAMESPACE": settings.namespace,
+        "AHP_QUEUE": settings.queue,
+        "AHP_PROFILES": settings.profiles,
+        "AHP_PROFILE": settings.profile,
+        "AHP_LEASE_TTL": str(settings.lease_ttl.total_seconds()),
+    }
 
 
 def free_port() -> int:
