@@ -10,7 +10,7 @@ import asyncio
 import json
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -114,10 +114,9 @@ class LiveServer:
 
 
 @contextmanager
-def live_server(harness: CeleryHarness, api: ApiSettings | None = None) -> Iterator[LiveServer]:
-    """The app behind a real uvicorn server on a free port, in a thread with its own event
-    loop (where the harness opens its clients, and is closed after the server stopped)."""
-    app = create_app(api or api_settings(), harness)
+def serve(app: Any, cleanup: Callable[[], Awaitable[None]] | None = None) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn on a free port, in a thread with its own event loop;
+    ``cleanup`` runs in that loop after the server stopped. Yields the base URL."""
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
@@ -125,14 +124,15 @@ def live_server(harness: CeleryHarness, api: ApiSettings | None = None) -> Itera
     failure: list[BaseException] = []
 
     def run() -> None:
-        async def serve() -> None:
+        async def main() -> None:
             try:
                 await server.serve()
             finally:
-                await harness.aclose()
+                if cleanup is not None:
+                    await cleanup()
 
         try:
-            asyncio.run(serve())
+            asyncio.run(main())
         except BaseException as error:
             failure.append(error)
 
@@ -143,12 +143,21 @@ def live_server(harness: CeleryHarness, api: ApiSettings | None = None) -> Itera
             if not thread.is_alive():
                 raise RuntimeError(f"uvicorn did not start: {failure}")
             thread.join(0.01)
-        yield LiveServer(f"http://127.0.0.1:{port}", app)
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(30)
         assert not thread.is_alive(), "uvicorn did not stop"
         assert not failure, failure
+
+
+@contextmanager
+def live_server(harness: CeleryHarness, api: ApiSettings | None = None) -> Iterator[LiveServer]:
+    """The app behind a real uvicorn server on a free port, in a thread with its own event
+    loop (where the harness opens its clients, and is closed after the server stopped)."""
+    app = create_app(api or api_settings(), harness)
+    with serve(app, harness.aclose) as url:
+        yield LiveServer(url, app)
 
 
 def keyspace(client: redis.Redis) -> dict[str, str]:
