@@ -20,7 +20,6 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harness.info import TaskMetrics
@@ -79,13 +78,10 @@ class CountRequests:
 
 
 def _route(scope: Scope) -> str:
-    app = scope.get("app")
-    router = getattr(app, "router", None)
-    for route in getattr(router, "routes", ()):
-        match, _ = route.matches(scope)
-        if match is Match.FULL:
-            return str(getattr(route, "path", "unmatched"))
-    return "unmatched"
+    """The template of the route that answered (the router records it in the scope it
+    shares), or ``unmatched`` (a 404 route, a body refused before routing)."""
+    route = scope.get("route")
+    return str(getattr(route, "path", "unmatched"))
 
 
 class _Snapshot(Collector):
