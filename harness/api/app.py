@@ -206,6 +206,12 @@ def _install_handlers(app: FastAPI) -> None:
 
     async def http_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, StarletteHTTPException)
+        if error.status_code == 400:
+            # FastAPI's "error parsing the body" (not JSON, not text): a malformed request
+            # like any other, with its issue listed.
+            return invalid(
+                [Issue(path="body", message="the body is not a JSON document")]
+            ).response(request.url.path)
         mapped = status_problem(error.status_code, _public_detail(error))
         if error.headers:
             mapped.headers.update(error.headers)

@@ -51,6 +51,41 @@ log = logging.getLogger(__name__)
 ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 """A Redis stream entry id: the only ``Last-Event-ID`` accepted."""
 
+EVENT_NAMES = (
+    "task_started",
+    "message_delta",
+    "message_completed",
+    "usage_changed",
+    "tool_call_changed",
+    "warning",
+    "diagnostic",
+    "observation_gap",
+    "task_completed",
+    "task_failed",
+    "task_cancelled",
+    "task_unresolved",
+)
+
+EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "One Server-Sent Event (OpenAPI 3.1: the schema of each event).",
+    "required": ["id", "event", "data"],
+    "properties": {
+        "id": {
+            "type": "string",
+            "pattern": "^[0-9]+-[0-9]+$",
+            "description": "Resume after this event with Last-Event-ID.",
+        },
+        "event": {"type": "string", "enum": list(EVENT_NAMES)},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "description": "A JSON object with task_id and the event's fields.",
+        },
+        "retry": {"type": "integer"},
+    },
+}
+
 _BLOCK_MS = 2000
 """Below the client's socket timeout (redis-py: 5 s)."""
 _BATCH = 256

@@ -22,7 +22,7 @@ from harness.task import CeleryTask
 from wire.store import BusyPolicy
 
 from .auth import tenant
-from .events import ENTRY_ID, task_events
+from .events import ENTRY_ID, EVENT_SCHEMA, task_events
 from .models import ApprovalAnswer, Interaction, StartTask, TaskResource
 from .openapi_docs import problems
 from .problems import Issue, ProblemError, ProblemType, invalid, too_large
@@ -180,7 +180,7 @@ async def get_task(task_id: TaskIdPath, tenant: Tenant, api: State, wait: Wait =
     responses={
         200: {
             "description": "Server-Sent Events; each ``id`` resumes the stream after it.",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {"text/event-stream": {"schema": EVENT_SCHEMA}},
         },
         **problems(404),
     },
