@@ -210,3 +210,19 @@ def test_server_left_running_is_stopped_and_its_temp_dir_removed_at_interpreter_
     pid, data_dir = completed.stdout.split()
     assert not _process_exists(int(pid))
     assert not Path(data_dir).exists()
+
+
+def test_a_password_is_required_kept_off_the_command_line_and_in_the_url() -> None:
+    secret = "s3cret/with:url@chars"
+    with EmbeddedRedis(EmbeddedRedisConfig(password=secret)) as protected:
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(port=protected.port).ping()
+        client = redis.Redis.from_url(protected.url)
+        assert client.ping()
+        assert client.config_get("maxmemory-policy")["maxmemory-policy"] == "noeviction"
+        assert protected.pid is not None
+        command_line = Path(f"/proc/{protected.pid}/cmdline").read_bytes()
+        assert secret.encode() not in command_line
+        client.close()
+    with pytest.raises(ValueError, match="password"):
+        EmbeddedRedisConfig(password='with"quote')

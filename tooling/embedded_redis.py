@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import quote
 
 import redis
 from redis.backoff import NoBackoff
@@ -107,7 +108,10 @@ class EmbeddedRedisConfig:
 
     ``data_dir=None`` uses a fresh temporary directory that ``stop()`` deletes; ``port=None``
     picks a free port on 127.0.0.1 (kept across restarts). ``appendonly`` enables AOF with
-    ``appendfsync always`` so data survives restarts and kills.
+    ``appendfsync always`` so data survives restarts and kills. ``password`` turns on
+    ``requirepass`` (written to a config file readable only by this user, never on the
+    command line) and goes into :attr:`EmbeddedRedis.url`. ``maxmemory_policy`` is
+    ``noeviction`` as in production: a full Redis refuses writes instead of dropping keys.
     """
 
     data_dir: Path | None = None
@@ -115,6 +119,14 @@ class EmbeddedRedisConfig:
     appendonly: bool = False
     startup_timeout: timedelta = timedelta(seconds=10)
     maxclients: int = 10000
+    password: str | None = None
+    maxmemory_policy: str = "noeviction"
+
+    def __post_init__(self) -> None:
+        if self.password is not None and (
+            not self.password or any(c in self.password for c in '"\\\r\n')
+        ):
+            raise ValueError("a Redis password must be non-empty, without quotes or line breaks")
 
 
 class EmbeddedRedis:
@@ -146,7 +158,8 @@ class EmbeddedRedis:
         """``redis://127.0.0.1:<port>/0``; raises ``EmbeddedRedisError`` unless running."""
         if not self.running or self._port is None:
             raise EmbeddedRedisError("the embedded Redis server is not running")
-        return f"redis://{_HOST}:{self._port}/0"
+        auth = f":{quote(self._config.password, safe='')}@" if self._config.password else ""
+        return f"redis://{auth}{_HOST}:{self._port}/0"
 
     @property
     def port(self) -> int:
@@ -192,7 +205,15 @@ class EmbeddedRedis:
         self._data_dir.mkdir(parents=True, exist_ok=True)
         if self._owns_dir and (self._dir_finalizer is None or not self._dir_finalizer.alive):
             self._dir_finalizer = self._arm_dir_cleanup()
-        args = [str(server), "--port", str(self._port), "--bind", _HOST]
+        args = [str(server)]
+        if self._config.password:
+            config = self._data_dir / "auth.conf"
+            config.touch(mode=0o600)
+            config.chmod(0o600)
+            config.write_text(f'requirepass "{self._config.password}"\n')
+            args.append(str(config))
+        args += ["--port", str(self._port), "--bind", _HOST]
+        args += ["--maxmemory-policy", self._config.maxmemory_policy]
         args += ["--protected-mode", "yes", "--daemonize", "no", "--save", ""]
         args += ["--appendonly", "yes" if self._config.appendonly else "no"]
         if self._config.appendonly:
@@ -213,6 +234,7 @@ class EmbeddedRedis:
         client = redis.Redis(
             host=_HOST,
             port=self.port,
+            password=self._config.password,
             socket_timeout=1,
             socket_connect_timeout=0.5,
             retry=Retry(NoBackoff(), 0),  # this loop retries; redis-py's default backs off ~25s

@@ -1,0 +1,387 @@
+#!/usr/bin/env python
+"""What the HTTP API costs over the Python harness, measured side by side in one run.
+
+    python bench/http_vs_harness.py [--quick]
+
+One embedded Redis 8, two ``celery worker`` OS processes (prefork ``-c 1``), and the API
+served by uvicorn in its own process (``ahp-celery api``), all started here. Both paths
+run the same deterministic chat model (profile ``scripted``) on the same workers:
+
+* harness -- ``CeleryHarness`` in this process: ``create_session`` + ``start_task`` +
+             ``await_outcome`` (the session is released untimed);
+* http    -- the same flow over HTTP with ``httpx``: ``POST /v1/sessions`` +
+             ``POST /v1/sessions/{id}/tasks`` + the task's Server-Sent Events until the
+             terminal one ("create, run and stream", the flow LangGraph's Agent Server
+             serves), and as a second variant ``GET /v1/tasks/{id}?wait=`` instead of
+             the stream ("create, run and wait").
+
+Scenarios:
+ (a) latency: fresh-session tasks one at a time, samples of the paths interleaved
+     (rotating order); median and p95 per path, ratio http/harness.
+ (b) throughput: S sessions x T sequential tasks, all sessions concurrently, per path;
+     tasks/s and ratio http/harness.
+
+Every outcome is counted and must be Completed with the scripted reply; a run with
+failures exits non-zero. Nothing here asserts timings: the targets block only reports.
+The LangGraph Agent Server figures (about 1 s per run, poll-bound, and 34 runs/s on its
+dev server) are quoted from the issue, not measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from uuid import uuid4
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+from agent_harness_protocol import Completed, SessionSpec, TaskRequest, TextInput  # noqa: E402
+
+from harness import CeleryHarness, CelerySession  # noqa: E402
+from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
+from tooling.worker_process import WorkerProcess  # noqa: E402
+from wire.settings import Settings  # noqa: E402
+
+TOKEN = "bench-" + uuid4().hex
+TENANT = "bench"
+PROMPT = "what does the bench measure?"
+LANGGRAPH_SERVER_RUN_S = 1.0
+LANGGRAPH_SERVER_RUNS_PER_S = 34.0
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    latency_samples: int
+    sessions: int
+    turns: int
+    warm_up: int
+
+    @classmethod
+    def of(cls, quick: bool) -> Plan:
+        if quick:
+            return cls(latency_samples=20, sessions=10, turns=5, warm_up=5)
+        return cls(latency_samples=100, sessions=30, turns=10, warm_up=20)
+
+
+@dataclass
+class Tally:
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+    def count(self, name: str) -> None:
+        self.outcomes[name] += 1
+
+    @property
+    def failures(self) -> int:
+        return sum(n for name, n in self.outcomes.items() if name != "completed")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# -- the two paths ------------------------------------------------------------------------
+class HarnessPath:
+    name = "harness"
+
+    def __init__(self, harness: CeleryHarness) -> None:
+        self.harness = harness
+        self._sessions: dict[str, CelerySession] = {}
+
+    async def session(self) -> str:
+        session = await self.harness.create_session(SessionSpec(), tenant=TENANT)
+        self._sessions[session.id.value] = session
+        return session.id.value
+
+    async def task(self, session_id: str, tally: Tally) -> None:
+        session = self._sessions[session_id]
+        task = await session.start_task(TaskRequest(TextInput(PROMPT)))
+        outcome = await task.await_outcome()
+        ok = isinstance(outcome, Completed) and outcome.output is not None
+        tally.count("completed" if ok else type(outcome).__name__.lower())
+
+    async def release(self, session_id: str) -> None:
+        await self._sessions.pop(session_id).release()
+
+
+class HttpPath:
+    def __init__(self, client: httpx.AsyncClient, *, stream: bool) -> None:
+        self.client = client
+        self.stream = stream
+        self.name = "http-stream" if stream else "http-wait"
+
+    async def session(self) -> str:
+        reply = await self.client.post("/v1/sessions", json={})
+        reply.raise_for_status()
+        return str(reply.json()["id"])
+
+    async def task(self, session_id: str, tally: Tally) -> None:
+        reply = await self.client.post(f"/v1/sessions/{session_id}/tasks", json={"input": PROMPT})
+        reply.raise_for_status()
+        task_id = reply.json()["id"]
+        if self.stream:
+            outcome = await self._stream(task_id)
+        else:
+            waited = await self.client.get(f"/v1/tasks/{task_id}", params={"wait": 30})
+            waited.raise_for_status()
+            outcome = waited.json().get("outcome")
+        ok = isinstance(outcome, dict) and outcome.get("type") == "completed"
+        tally.count("completed" if ok else str((outcome or {}).get("type", "none")))
+
+    async def _stream(self, task_id: str) -> dict[str, object] | None:
+        async with self.client.stream("GET", f"/v1/tasks/{task_id}/events") as events:
+            events.raise_for_status()
+            kind = ""
+            async for line in events.aiter_lines():
+                if line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("data:") and kind in {
+                    "task_completed",
+                    "task_failed",
+                    "task_cancelled",
+                    "task_unresolved",
+                }:
+                    data = json.loads(line[5:])
+                    outcome = data.get("outcome", data)
+                    return outcome if isinstance(outcome, dict) else None
+        return None
+
+    async def release(self, session_id: str) -> None:
+        reply = await self.client.delete(f"/v1/sessions/{session_id}")
+        reply.raise_for_status()
+
+
+Path_ = HarnessPath | HttpPath
+
+
+# -- scenarios ----------------------------------------------------------------------------
+async def fresh_sample(path: Path_, tally: Tally) -> float:
+    started = time.perf_counter()
+    session_id = await path.session()
+    await path.task(session_id, tally)
+    elapsed = time.perf_counter() - started
+    await path.release(session_id)
+    return elapsed
+
+
+async def scenario_latency(paths: Sequence[Path_], plan: Plan) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {path.name: [] for path in paths}
+    tallies = {path.name: Tally() for path in paths}
+    for path in paths:
+        for _ in range(plan.warm_up):
+            await fresh_sample(path, Tally())
+    for index in range(plan.latency_samples):
+        order = list(paths[index % len(paths) :]) + list(paths[: index % len(paths)])
+        for path in order:
+            samples[path.name].append(await fresh_sample(path, tallies[path.name]))
+    _report_failures("latency", tallies)
+    return samples
+
+
+async def scenario_throughput(path: Path_, plan: Plan) -> tuple[float, Tally]:
+    tally = Tally()
+    sessions = [await path.session() for _ in range(plan.sessions)]
+
+    async def chain(session_id: str) -> None:
+        for _ in range(plan.turns):
+            await path.task(session_id, tally)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(chain(session_id) for session_id in sessions))
+    elapsed = time.perf_counter() - started
+    for session_id in sessions:
+        await path.release(session_id)
+    return plan.sessions * plan.turns / elapsed, tally
+
+
+FAILURES: list[str] = []
+
+
+def _report_failures(scenario: str, tallies: dict[str, Tally]) -> None:
+    for name, tally in tallies.items():
+        if tally.failures:
+            FAILURES.append(f"{scenario}/{name}: {dict(tally.outcomes)}")
+
+
+# -- the deployment -----------------------------------------------------------------------
+class ApiServer:
+    def __init__(self, env: dict[str, str], port: int, log: Path) -> None:
+        self.env, self.port, self.log = env, port, log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "harness.api.app:create_app",
+                    "--factory",
+                    "--port",
+                    str(self.port),
+                    "--log-level",
+                    "warning",
+                    "--no-access-log",
+                ],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the API exited; see {self.log}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).is_success:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"the API did not answer; see {self.log}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _env(settings: Settings) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AHP_")}
+    env.update(
+        {
+            "AHP_REDIS_URL": settings.redis_url,
+            "AHP_NAMESPACE": settings.namespace,
+            "AHP_QUEUE": settings.queue,
+            "AHP_PROFILE": settings.profile,
+            "AHP_API_TOKENS": json.dumps({TENANT: [TOKEN]}),
+        }
+    )
+    return env
+
+
+async def run(plan: Plan, log_dir: Path) -> int:
+    with EmbeddedRedis() as redis_server:
+        settings = Settings(
+            redis_url=redis_server.url,
+            namespace=f"bench-{uuid4().hex[:8]}",
+            queue=f"ahp.bench.{uuid4().hex[:8]}",
+            profile="scripted",
+        )
+        workers = [
+            WorkerProcess(
+                settings,
+                concurrency=1,
+                pool="prefork",
+                loglevel="warning",
+                log_path=log_dir / f"worker-{index}.log",
+                name=f"{settings.namespace}-{index}",
+            )
+            for index in range(2)
+        ]
+        api = ApiServer(_env(settings), _free_port(), log_dir / "api.log")
+        try:
+            for worker in workers:
+                worker.start(timedelta(seconds=60))
+            api.start()
+            limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+            async with (
+                CeleryHarness(settings) as harness,
+                httpx.AsyncClient(
+                    base_url=f"http://127.0.0.1:{api.port}",
+                    headers={"Authorization": f"Bearer {TOKEN}"},
+                    timeout=60,
+                    limits=limits,
+                ) as client,
+            ):
+                direct = HarnessPath(harness)
+                stream = HttpPath(client, stream=True)
+                wait = HttpPath(client, stream=False)
+                latency = await scenario_latency([direct, stream, wait], plan)
+                throughput: dict[str, float] = {}
+                for path in (direct, stream, wait, direct, stream, wait):
+                    rate, tally = await scenario_throughput(path, plan)
+                    _report_failures("throughput", {path.name: tally})
+                    throughput[path.name] = max(throughput.get(path.name, 0.0), rate)
+        finally:
+            api.stop()
+            for worker in workers:
+                worker.stop()
+    _print(latency, throughput, plan)
+    if FAILURES:
+        print("\nFAILURES:", *FAILURES, sep="\n  ")
+        return 1
+    return 0
+
+
+def _print(latency: dict[str, list[float]], throughput: dict[str, float], plan: Plan) -> None:
+    print(f"\nplan: {plan}; 2 worker processes (prefork -c 1), API: one uvicorn process")
+    print("\n(a) fresh-session latency (create session + task to its outcome)")
+    base = statistics.median(latency["harness"])
+    for name, values in latency.items():
+        median = statistics.median(values)
+        p95 = percentile(values, 0.95)
+        print(
+            f"  {name:12} median {median * 1000:7.1f} ms  p95 {p95 * 1000:7.1f} ms"
+            f"  ratio {median / base:5.2f}"
+        )
+    print("\n(b) throughput (all sessions concurrently, best of two rounds)")
+    for name, rate in throughput.items():
+        print(f"  {name:12} {rate:7.1f} tasks/s  ratio {rate / throughput['harness']:5.2f}")
+    print("\ntargets (reported, not asserted)")
+    for name in ("http-stream", "http-wait"):
+        added = statistics.median(latency[name]) / base - 1
+        kept = throughput[name] / throughput["harness"]
+        print(
+            f"  {name:12} latency added {added * 100:+5.1f} % (target <= +20 %): "
+            f"{'met' if added <= 0.20 else 'NOT met'};  throughput kept {kept * 100:5.1f} % "
+            f"(target >= 80 %): {'met' if kept >= 0.80 else 'NOT met'}"
+        )
+    stream_median = statistics.median(latency["http-stream"])
+    print(
+        f"  vs the LangGraph Agent Server's create-run-and-stream (quoted, not measured here: "
+        f"~{LANGGRAPH_SERVER_RUN_S:.0f} s/run, {LANGGRAPH_SERVER_RUNS_PER_S:.0f} runs/s): "
+        f"{LANGGRAPH_SERVER_RUN_S / stream_median:.0f}x lower latency, "
+        f"{throughput['http-stream'] / LANGGRAPH_SERVER_RUNS_PER_S:.1f}x the throughput"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--quick", action="store_true", help="a short run (smoke test)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-http-") as logs:
+        return asyncio.run(run(Plan.of(args.quick), Path(logs)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

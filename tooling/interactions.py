@@ -1,0 +1,115 @@
+"""Answering a task's approvals and questions at the terminal.
+
+Written against the AHP's interaction types only: an ``ApprovalRequest`` offers a set of
+``ApprovalDecision`` s and is answered with an ``ApprovalResponse``; a ``QuestionRequest``
+offers choices and/or free text and is answered with an ``AnswerResponse``.
+
+``ask`` blocks on the terminal (run it off the event loop). ``unattended`` is the answer
+when nobody can be asked (``--no-interactive``, stdin not a terminal): an approval is
+declined (or, if declining is not offered, cancelled); a question has no safe answer,
+so it gets none and the caller cancels the task.
+"""
+
+from __future__ import annotations
+
+import typer
+from agent_harness_protocol import (
+    AnswerResponse,
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalResponse,
+    InteractionRequest,
+    InteractionResponse,
+    QuestionRequest,
+)
+
+__all__ = ["DECISION_LABELS", "answer_for", "ask", "describe", "unattended"]
+
+DECISION_LABELS: dict[ApprovalDecision, str] = {
+    ApprovalDecision.APPROVE_ONCE: "once",
+    ApprovalDecision.APPROVE_FOR_SESSION: "session",
+    ApprovalDecision.DECLINE: "decline",
+    ApprovalDecision.CANCEL: "cancel",
+}
+"""What the user types for each decision, in the order they are offered."""
+
+
+def describe(request: InteractionRequest) -> list[str]:
+    """The lines that present ``request`` before it is answered."""
+    if isinstance(request, ApprovalRequest):
+        effect = f" ({request.effect.value})" if request.effect is not None else ""
+        lines = [f"Approval needed{effect}: {request.prompt}"]
+        if request.detail:
+            lines.append(f"  {request.detail}")
+        if request.session_grant is not None:
+            grant = request.session_grant.description
+            lines.append(f"  'session' approves this for the rest of the session: {grant}")
+        return lines
+    if isinstance(request, QuestionRequest):
+        lines = [f"Question: {request.prompt}"]
+        if request.detail:
+            lines.append(f"  {request.detail}")
+        lines += [f"  {index}. {choice}" for index, choice in enumerate(request.choices, 1)]
+        return lines
+    return [f"The task asks for {type(request).__name__}, which this CLI cannot answer."]
+
+
+def _offered(request: ApprovalRequest) -> list[str]:
+    return [
+        label
+        for decision, label in DECISION_LABELS.items()
+        if decision in request.available_decisions
+    ]
+
+
+def answer_for(request: InteractionRequest, typed: str) -> InteractionResponse:
+    """The response that ``typed`` (what the user entered) gives to ``request``.
+
+    Raises:
+        ValueError: ``typed`` is not an answer the request accepts.
+    """
+    text = typed.strip()
+    if isinstance(request, ApprovalRequest):
+        for decision, label in DECISION_LABELS.items():
+            if text.lower() == label and decision in request.available_decisions:
+                return ApprovalResponse(decision)
+        raise ValueError(f"choose one of: {', '.join(_offered(request))}")
+    if isinstance(request, QuestionRequest):
+        if text.isdigit() and 1 <= int(text) <= len(request.choices):
+            return AnswerResponse(request.choices[int(text) - 1])
+        if text in request.choices:
+            return AnswerResponse(text)
+        if request.allows_free_form and text:
+            return AnswerResponse(typed)
+        if request.choices:
+            raise ValueError(f"choose 1-{len(request.choices)} or one of the choices")
+        raise ValueError("an answer is required")
+    raise ValueError(f"{type(request).__name__} cannot be answered here")
+
+
+def ask(request: InteractionRequest, *, err: bool = False) -> InteractionResponse | None:
+    """Ask at the terminal until the answer is valid; ``None`` for a kind this CLI cannot
+    answer. ``err``: prompt on stderr (stdout carries ``--json`` lines)."""
+    for line in describe(request):
+        typer.echo(line, err=err)
+    if isinstance(request, ApprovalRequest):
+        label = f"Decision [{'/'.join(_offered(request))}]"
+    elif isinstance(request, QuestionRequest):
+        label = "Answer"
+    else:
+        return None
+    while True:
+        typed = typer.prompt(label, err=err)
+        try:
+            return answer_for(request, typed)
+        except ValueError as error:
+            typer.echo(f"  {error}", err=err)
+
+
+def unattended(request: InteractionRequest) -> InteractionResponse | None:
+    """The answer given when nobody can be asked (see the module docstring)."""
+    if isinstance(request, ApprovalRequest):
+        for decision in (ApprovalDecision.DECLINE, ApprovalDecision.CANCEL):
+            if decision in request.available_decisions:
+                return ApprovalResponse(decision)
+    return None
