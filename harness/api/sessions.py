@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from agent_harness_protocol import (
+    AgentUsage,
     PersistenceRequirement,
     PersistentSessionRef,
     SessionRequirements,
@@ -19,7 +20,7 @@ from wire.keys import is_valid_id
 from wire.provider import PROVIDER
 
 from .auth import tenant
-from .models import CreateSession, Released, ReopenSession, SessionResource
+from .models import CreateSession, Released, ReopenSession, SessionResource, Usage
 from .openapi_docs import problems
 from .problems import Issue, ProblemError, ProblemType, invalid, too_large
 from .state import ApiState, api_state
@@ -89,7 +90,16 @@ async def create_session(
     assert isinstance(session, CelerySession)
     api.handles.add_session(tenant, session)
     response.headers["Location"] = f"/v1/sessions/{session.id.value}"
-    return await _resource(api, tenant, session.id.value)
+    # What create_session just wrote, without reading it back.
+    return SessionResource(
+        id=session.id.value,
+        persistent=session.persistent,
+        closed=False,
+        active_task_id=None,
+        queued_task_ids=[],
+        turns=0,
+        usage=Usage.of(AgentUsage.ZERO),
+    )
 
 
 @router.get(
