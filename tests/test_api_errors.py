@@ -6,10 +6,12 @@ writes nothing (design invariant 6)."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 import redis
 
 from wire.settings import Settings
@@ -26,8 +28,12 @@ async def _session(client: httpx.AsyncClient, tenant: str = "alpha") -> str:
 
 
 async def test_requests_without_a_valid_bearer_token_are_refused(
-    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+    settings: Settings,
+    boundary: ModelBoundary,
+    sync_redis: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     async with in_process(api_harness(settings, boundary)) as client:
         before = keyspace(sync_redis)
         for headers in (
@@ -43,6 +49,11 @@ async def test_requests_without_a_valid_bearer_token_are_refused(
             assert body["type"].endswith("/unauthorized")
             assert all(token not in refused.text for token in TOKENS.values())
         assert keyspace(sync_redis) == before
+        accepted = await client.post("/v1/sessions", json={}, headers=auth())
+        assert accepted.status_code == 201
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert logged  # the harness and the API did log (at DEBUG and up)
+    assert all(token not in logged for token in TOKENS.values())
 
 
 def _normalized(response: httpx.Response, resource_id: str) -> tuple[int, dict[str, Any], str]:

@@ -71,6 +71,8 @@ def create_app(
     starts and closed when it stops; a given harness stays the caller's to close."""
     api_settings = settings if settings is not None else ApiSettings()
     tenants = Tenants(api_settings.tenant_tokens())
+    if not len(tenants):
+        log.warning("no API tokens are configured (AHP_API_TOKENS): every /v1 request gets 401")
     requests = RequestMetrics()
 
     @asynccontextmanager

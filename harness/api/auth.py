@@ -8,6 +8,7 @@ Tokens are never logged, echoed or stored: only the tenant name travels further.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Mapping
 
@@ -27,18 +28,27 @@ bearer = HTTPBearer(
 )
 
 
+def _digest(token: bytes) -> bytes:
+    """Tokens are compared as SHA-256 digests: equal lengths, so not even a token's length
+    shows in the comparison's time."""
+    return hashlib.sha256(token).digest()
+
+
 class Tenants:
-    """The configured tokens, encoded once for constant-time comparison."""
+    """The configured tokens (as digests), for constant-time comparison."""
 
     def __init__(self, tokens: Mapping[str, tuple[SecretStr, ...]]) -> None:
         self._tokens = tuple(
-            (token.get_secret_value().encode(), tenant)
+            (_digest(token.get_secret_value().encode()), tenant)
             for tenant, listed in tokens.items()
             for token in listed
         )
 
+    def __len__(self) -> int:
+        return len(self._tokens)
+
     def tenant_of(self, presented: str) -> str | None:
-        candidate = presented.encode("utf-8", "replace")
+        candidate = _digest(presented.encode("utf-8", "replace"))
         found: str | None = None
         for token, tenant in self._tokens:
             if hmac.compare_digest(token, candidate):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from wire.keys import is_valid_id
 
@@ -23,7 +23,12 @@ MIB = 1024 * 1024
 class ApiSettings(BaseSettings):
     """Every knob of the HTTP submit API."""
 
-    model_config = SettingsConfigDict(env_prefix="AHP_API_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="AHP_API_",
+        frozen=True,
+        extra="ignore",
+        hide_input_in_errors=True,  # an error must never print a token
+    )
 
     tokens: dict[str, tuple[SecretStr, ...]] = Field(
         default_factory=dict,
@@ -56,7 +61,7 @@ class ApiSettings(BaseSettings):
         gt=timedelta(0),
         description="The longest ``wait`` a request may ask for.",
     )
-    webhook_hosts: tuple[str, ...] = Field(
+    webhook_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
         description="Host names (exact, lower case, optionally ``host:port``) completion "
         "webhooks may be sent to; empty: webhooks are refused.",
