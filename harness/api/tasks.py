@@ -11,13 +11,14 @@ from agent_harness_protocol import (
     ApprovalResponse,
     InteractionId,
     InteractionResponse,
+    SessionBlockedError,
     TaskRequest,
     TextInput,
 )
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
 from sse_starlette import EventSourceResponse
 
-from harness.errors import UnknownTaskError
+from harness.errors import UnknownSessionError, UnknownTaskError
 from harness.task import CeleryTask
 from wire.store import BusyPolicy
 
@@ -25,7 +26,7 @@ from .auth import tenant
 from .events import ENTRY_ID, EVENT_SCHEMA, task_events
 from .models import ApprovalAnswer, Interaction, StartTask, TaskResource
 from .openapi_docs import problems
-from .problems import Issue, ProblemError, ProblemType, invalid, too_large
+from .problems import Issue, ProblemError, ProblemType, invalid, not_found_session, too_large
 from .sessions import ID_PATTERN, SessionIdPath, require_id
 from .state import ApiState, api_state
 
@@ -135,11 +136,23 @@ async def start_task(
         if issues:
             raise invalid(issues)
     session = await api.handles.session(tenant, session_id)
-    task = await session.start_task(
-        TaskRequest(TextInput(body.input)),
-        idempotency_key=idempotency_key,
-        if_busy=BusyPolicy(body.if_busy.value),
-    )
+    try:
+        task = await session.start_task(
+            TaskRequest(TextInput(body.input)),
+            idempotency_key=idempotency_key,
+            if_busy=BusyPolicy(body.if_busy.value),
+        )
+    except SessionBlockedError:
+        # A cached handle of a session another replica released answers like any
+        # released session: not found.
+        try:
+            info = await api.harness.session_info(session_id, tenant=tenant)
+        except UnknownSessionError:
+            info = None
+        if info is None or (info.closed and not info.persistent):
+            api.handles.drop_session(tenant, session_id)
+            raise not_found_session(session_id) from None
+        raise
     api.handles.add_task(tenant, task)
     replayed = bool(task.replayed)
     if body.webhook is not None and not replayed:
