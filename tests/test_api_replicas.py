@@ -54,6 +54,20 @@ async def test_a_second_replica_serves_a_session_and_task_the_first_created(
         assert gone.json()["type"].endswith("/not-found")
 
 
+async def test_releasing_a_session_another_replica_released_is_not_found(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    async with (
+        in_process(api_harness(settings, boundary)) as first,
+        in_process(api_harness(settings, boundary)) as second,
+    ):
+        session_id = (await first.post("/v1/sessions", json={}, headers=auth())).json()["id"]
+        assert (await second.delete(f"/v1/sessions/{session_id}", headers=auth())).is_success
+        again = await first.delete(f"/v1/sessions/{session_id}", headers=auth())
+        assert again.status_code == 404
+        assert again.json()["session_id"] == session_id
+
+
 async def test_a_replica_that_stops_leaves_its_sessions_and_running_tasks_to_the_others(
     settings: Settings, boundary: ModelBoundary, monkeypatch: pytest.MonkeyPatch
 ) -> None:

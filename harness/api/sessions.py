@@ -14,7 +14,7 @@ from agent_harness_protocol import (
 )
 from fastapi import APIRouter, Depends, Path, Response, status
 
-from harness.errors import CheckpointCleanupError
+from harness.errors import CheckpointCleanupError, UnknownSessionError
 from harness.session import CelerySession
 from wire.keys import is_valid_id
 from wire.provider import PROVIDER
@@ -22,7 +22,14 @@ from wire.provider import PROVIDER
 from .auth import tenant
 from .models import CreateSession, Released, ReopenSession, SessionResource, Usage
 from .openapi_docs import problems
-from .problems import Issue, ProblemError, ProblemType, invalid, too_large
+from .problems import (
+    Issue,
+    ProblemError,
+    ProblemType,
+    invalid,
+    not_found_session,
+    too_large,
+)
 from .state import ApiState, api_state
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
@@ -122,7 +129,17 @@ async def release_session(session_id: SessionIdPath, tenant: Tenant, api: State)
     """Settle its active task within the cleanup budget (cancelling it), then delete what
     the session stored; a persistent session keeps its context for reopen. Its tasks stay
     readable until their retention ends."""
-    session = await api.handles.session(tenant, require_id("session", session_id))
+    require_id("session", session_id)
+    if api.handles.cached_session(tenant, session_id) is not None:
+        # Released by another replica meanwhile? Then it is gone for this one too.
+        try:
+            info = await api.harness.session_info(session_id, tenant=tenant)
+        except UnknownSessionError:
+            info = None
+        if info is None or (info.closed and not info.persistent):
+            api.handles.drop_session(tenant, session_id)
+            raise not_found_session(session_id)
+    session = await api.handles.session(tenant, session_id)
     cleanup: Literal["done", "kept", "pending"] = "kept" if session.persistent else "done"
     try:
         await session.release()
