@@ -119,6 +119,8 @@ def create_app(
         openapi_url="/openapi.json",
         docs_url="/docs",
         redoc_url=None,
+        # Operation ids are the handlers' names (createSession-like, stable for clients).
+        generate_unique_id_function=lambda route: route.name,
     )
     app.state.tenants = tenants
     app.include_router(sessions.router)

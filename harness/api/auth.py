@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import SecretStr
 
@@ -65,9 +66,11 @@ def unauthorized(detail: str) -> ProblemError:
     )
 
 
-async def tenant(request: Request) -> str:
+async def tenant(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> str:
     """FastAPI dependency: the tenant the request's bearer token names (else 401)."""
-    credentials: HTTPAuthorizationCredentials | None = await bearer(request)
     if credentials is None:
         raise ProblemError(
             ProblemType.UNAUTHORIZED,

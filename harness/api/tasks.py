@@ -23,7 +23,8 @@ from harness.task import CeleryTask
 from wire.store import BusyPolicy
 
 from .auth import tenant
-from .events import ENTRY_ID, EVENT_SCHEMA, task_events
+from .events import ENTRY_ID, EVENT_SCHEMA
+from .events import task_events as event_stream
 from .models import ApprovalAnswer, Interaction, StartTask, TaskResource
 from .openapi_docs import problems
 from .problems import Issue, ProblemError, ProblemType, invalid, not_found_session, too_large
@@ -199,7 +200,7 @@ async def get_task(task_id: TaskIdPath, tenant: Tenant, api: State, wait: Wait =
     },
     summary="Follow a task's events (SSE)",
 )
-async def task_events_route(
+async def task_events(
     task_id: TaskIdPath,
     tenant: Tenant,
     api: State,
@@ -232,7 +233,7 @@ async def task_events_route(
         return info.state.is_terminal
 
     return EventSourceResponse(
-        task_events(api.events_redis, api.keys, task_id, after, settled),
+        event_stream(api.events_redis, api.keys, task_id, after, settled),
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
