@@ -93,7 +93,7 @@ async def test_a_waiting_client_that_disconnects_cancels_its_task_only_when_it_a
     assert outcomes == {True: "cancelled", False: "completed"}
 
 
-async def test_a_chunked_body_over_the_limit_is_refused_on_the_wire(
+async def test_bodies_over_the_limit_are_refused_on_the_wire_chunked_or_declared(
     settings: Settings, boundary: ModelBoundary
 ) -> None:
     with live_server(api_harness(settings, boundary), api_settings(max_body_bytes=2048)) as server:
@@ -108,5 +108,12 @@ async def test_a_chunked_body_over_the_limit_is_refused_on_the_wire(
             refused = await client.post("/v1/sessions", content=chunks(), headers=auth())
             assert refused.status_code == 413
             assert problem_of(refused)["type"].endswith("/payload-too-large")
-            # The server still serves after refusing it.
+            declared = await client.post(
+                "/v1/sessions",
+                content=b'{"instructions": "' + b"z" * 5000 + b'"}',
+                headers={**auth(), "Content-Type": "application/json"},
+            )
+            assert declared.status_code == 413
+            problem_of(declared)
+            # The server still serves after refusing them.
             assert (await client.get("/healthz")).status_code == 200

@@ -1,8 +1,11 @@
 """The request body limit, enforced before anything parses the body.
 
-A declared ``Content-Length`` above the limit is refused at once, without reading; a
-body without one (chunked) is read up to the limit and refused at the first byte beyond
-it. Either way the application never sees the body and nothing is written. A body
+A declared ``Content-Length`` above the limit is refused without being parsed; a body
+without one (chunked) is refused at the first byte beyond the limit. Either way the
+application never sees the body and nothing is written. Before answering, the rest of a
+refused body is read and dropped, up to ``DRAIN_FACTOR`` times the limit: a server that
+answers and closes while the client is still sending resets the connection, and the
+client loses the 413 (a larger body is cut off and the connection closed). A body
 within the limit is handed on unchanged; later ``receive`` calls reach the server's own,
 so a client's disconnect is still seen (SSE, ``cancel_on_disconnect``).
 """
@@ -12,6 +15,8 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .problems import ProblemError, ProblemType, too_large
+
+DRAIN_FACTOR = 8
 
 
 class BodyLimit:
@@ -32,6 +37,8 @@ class BodyLimit:
             )
             return
         if declared is not None and declared > self._max:
+            if declared <= self._max * DRAIN_FACTOR:
+                await _drain(receive, self._max * DRAIN_FACTOR)
             await _refuse(self._too_large(), scope, send)
             return
         chunks: list[bytes] = []
@@ -44,6 +51,8 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self._max:
+                if message.get("more_body", False):
+                    await _drain(receive, self._max * DRAIN_FACTOR - size)
                 await _refuse(self._too_large(), scope, send)
                 return
             chunks.append(chunk)
@@ -63,6 +72,17 @@ class BodyLimit:
 
     def _too_large(self) -> ProblemError:
         return too_large(f"the request body exceeds the limit of {self._max} bytes")
+
+
+async def _drain(receive: Receive, budget: int) -> None:
+    """Read and drop the rest of a body, at most ``budget`` more bytes."""
+    while budget > 0:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        budget -= len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 def _content_length(scope: Scope) -> int | None:
