@@ -107,6 +107,11 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         return self._profile
 
     @property
+    def settings(self) -> Settings:
+        """The deployment's settings this harness runs with."""
+        return self._settings
+
+    @property
     def provider(self) -> ProviderId:
         return PROVIDER
 
@@ -395,6 +400,27 @@ class CeleryHarness(AgentHarness, PersistentSessions):
             self._close_task = asyncio.create_task(self._close_all())
             self._close_task.add_done_callback(_observe)
         await asyncio.shield(self._close_task)
+
+    async def detach(self) -> None:
+        """Close this harness's clients and background readers without releasing its
+        sessions: they stay open in Redis, with their tasks running on the workers, for
+        any other process to attach (an API replica shutting down or restarting). Its
+        persistent handles are dropped (their contexts stay). Idempotent; after it, the
+        harness is closed.
+        """
+        if self._close_task is None:
+            self._closed = True
+            self._close_task = asyncio.create_task(self._detach_all())
+            self._close_task.add_done_callback(_observe)
+        await asyncio.shield(self._close_task)
+
+    async def _detach_all(self) -> None:
+        runtime = self._runtime
+        if runtime is None:
+            return
+        runtime.closed = True
+        runtime.sessions.clear()
+        await runtime.aclose()
 
     async def _close_all(self) -> None:
         runtime = self._runtime

@@ -1,0 +1,196 @@
+"""A task's events as Server-Sent Events, resumable from any event id.
+
+The durable log is the task's Redis Stream (``Keys.events``); each SSE event's ``id`` is
+its stream entry id. A client that reconnects with ``Last-Event-ID`` continues with the
+entry right after it: nothing is skipped and nothing repeats, for as long as the stream is
+retained (``AHP_TASK_RETENTION`` after the task settled). The stream ends after the
+terminal event (``task_completed``, ``task_failed``, ``task_cancelled`` or
+``task_unresolved``), whose data carries the outcome. A stream that ends without one
+(the server stopped, Redis failed) is resumed by reconnecting with ``Last-Event-ID``.
+
+Event names and data (every ``data`` is a JSON object with ``task_id``):
+``task_started``; ``message_delta`` and ``message_completed`` (``message_id``, ``text``,
+``role``); ``usage_changed`` (``task``, ``session`` usage); ``tool_call_changed``
+(``work_id``, ``name``, ``status``, ``arguments``, ``result``, ``error``); ``warning``
+(``kind``, ``message``); ``diagnostic`` (``provider``, ``name``, ``payload``, recorded
+only for sessions that require diagnostics); ``observation_gap`` (``dropped_events``: an
+entry that could not be decoded); and the terminal events (``outcome``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, cast
+
+from agent_harness_protocol import (
+    HarnessTransportError,
+    MessageCompleted,
+    MessageDelta,
+    TaskEvent,
+    TaskId,
+    TaskStarted,
+    TerminalEvent,
+    ToolCallChanged,
+    UsageChanged,
+    Warning,
+)
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from sse_starlette import ServerSentEvent
+
+from wire.codec import DIAGNOSTIC, diagnostic_from_entry, dumps, event_from_entry
+from wire.errors import DecodeError
+from wire.keys import Keys
+
+from .models import Outcome, Usage
+
+log = logging.getLogger(__name__)
+
+ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+"""A Redis stream entry id: the only ``Last-Event-ID`` accepted."""
+
+EVENT_NAMES = (
+    "task_started",
+    "message_delta",
+    "message_completed",
+    "usage_changed",
+    "tool_call_changed",
+    "warning",
+    "diagnostic",
+    "observation_gap",
+    "task_completed",
+    "task_failed",
+    "task_cancelled",
+    "task_unresolved",
+)
+
+EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "One Server-Sent Event (OpenAPI 3.1: the schema of each event).",
+    "required": ["id", "event", "data"],
+    "properties": {
+        "id": {
+            "type": "string",
+            "pattern": "^[0-9]+-[0-9]+$",
+            "description": "Resume after this event with Last-Event-ID.",
+        },
+        "event": {"type": "string", "enum": list(EVENT_NAMES)},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "description": "A JSON object with task_id and the event's fields.",
+        },
+        "retry": {"type": "integer"},
+    },
+}
+
+_BLOCK_MS = 2000
+"""Below the client's socket timeout (redis-py: 5 s)."""
+_BATCH = 256
+
+_TERMINAL_NAMES = {
+    "TaskCompleted": "task_completed",
+    "TaskFailed": "task_failed",
+    "TaskCancelled": "task_cancelled",
+    "TaskUnresolved": "task_unresolved",
+}
+
+
+def encode_event(task_id: str, event: TaskEvent) -> tuple[str, dict[str, Any]]:
+    """The SSE name and JSON data of one semantic event."""
+    data: dict[str, Any] = {"task_id": task_id}
+    if isinstance(event, TerminalEvent):
+        outcome = Outcome.of(event.outcome)
+        data["outcome"] = outcome.model_dump(mode="json")
+        return _TERMINAL_NAMES[type(event).__name__], data
+    if isinstance(event, TaskStarted):
+        return "task_started", data
+    if isinstance(event, MessageDelta | MessageCompleted):
+        data.update(message_id=event.message_id.value, text=event.text, role=event.role.value)
+        return ("message_delta" if isinstance(event, MessageDelta) else "message_completed"), data
+    if isinstance(event, UsageChanged):
+        data["task"] = Usage.of(event.task).model_dump(mode="json")
+        data["session"] = (
+            None if event.session is None else Usage.of(event.session).model_dump(mode="json")
+        )
+        return "usage_changed", data
+    if isinstance(event, ToolCallChanged):
+        data.update(
+            work_id=event.work_id.value,
+            name=event.name,
+            status=event.status.value,
+            arguments=event.arguments,
+            result=event.result,
+            error=event.error,
+        )
+        return "tool_call_changed", data
+    if isinstance(event, Warning):
+        data.update(kind=event.kind.value, message=event.message)
+        return "warning", data
+    raise TypeError(f"event {type(event).__name__} has no SSE encoding")
+
+
+def encode_entry(task_id: str, fields: dict[str, str]) -> tuple[str, dict[str, Any], bool]:
+    """The SSE name, data and whether it is terminal, for one stream entry."""
+    kind, tag, payload = fields.get("k", ""), fields.get("t", ""), fields.get("d", "")
+    try:
+        if kind == DIAGNOSTIC:
+            diagnostic = diagnostic_from_entry(TaskId(task_id), payload)
+            return (
+                "diagnostic",
+                {
+                    "task_id": task_id,
+                    "provider": diagnostic.provider.value,
+                    "name": diagnostic.name,
+                    "payload": diagnostic.payload,
+                },
+                False,
+            )
+        event = event_from_entry(TaskId(task_id), tag, payload)
+        name, data = encode_event(task_id, event)
+    except (DecodeError, TypeError, ValueError):
+        return "observation_gap", {"task_id": task_id, "dropped_events": 1}, False
+    return name, data, isinstance(event, TerminalEvent)
+
+
+async def task_events(
+    redis: Redis,
+    keys: Keys,
+    task_id: str,
+    after: str,
+    settled: Callable[[], Awaitable[bool]],
+) -> AsyncIterator[ServerSentEvent]:
+    """The task's events after entry ``after`` (``0-0``: from the first), ending after
+    the terminal one. ``settled()`` says whether the task is terminal or gone: a cursor
+    already past the terminal entry (or a stream that expired) ends the stream instead
+    of waiting forever."""
+    key = keys.events(task_id)
+    last = after
+    while True:
+        try:
+            reply = await redis.xread({key: last}, count=_BATCH, block=_BLOCK_MS)
+            if not reply:
+                if not await settled():
+                    continue
+                # The terminal entry is appended in the same step that settles the
+                # record: one more read sees it if it is after the cursor.
+                reply = await redis.xread({key: last}, count=_BATCH)
+                if not reply:
+                    return
+        except (RedisError, HarnessTransportError) as error:
+            # The client reconnects with the last id it received and misses nothing.
+            log.warning("event stream of task %s ended early: %s", task_id, type(error).__name__)
+            return
+        streams = cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply)
+        for _, entries in streams:
+            for entry_id, fields in entries:
+                last = entry_id
+                name, data, terminal = encode_entry(task_id, fields)
+                yield ServerSentEvent(data=dumps(data), event=name, id=entry_id)
+                if terminal:
+                    return
+
+
+__all__ = ["ENTRY_ID", "encode_entry", "encode_event", "task_events"]

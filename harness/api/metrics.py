@@ -1,0 +1,146 @@
+"""``GET /metrics``: the pool's task figures and the API's own request counters, in the
+Prometheus text format.
+
+The task figures come from Redis (``CeleryHarness.task_metrics``), kept there by the Lua
+scripts of every caller and worker, so any API replica reports the whole pool. The
+request counters are this process's own (label ``route`` is the route template, never a
+raw path: ids do not become label values).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from harness.info import TaskMetrics
+from wire.statistics import Histogram as TaskHistogram
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class RequestMetrics:
+    """The API's request counters, in a registry of their own (one per app)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "ahp_api_requests",
+            "HTTP requests answered, by method, route template and status.",
+            ("method", "route", "status"),
+            registry=self.registry,
+        )
+        self.seconds = Histogram(
+            "ahp_api_request_duration_seconds",
+            "Time to the response's first byte (an SSE stream counts until it starts).",
+            ("method", "route"),
+            registry=self.registry,
+        )
+
+
+class CountRequests:
+    """ASGI middleware counting every answered request (413s and 401s included)."""
+
+    def __init__(self, app: ASGIApp, metrics: RequestMetrics) -> None:
+        self._app = app
+        self._metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+        counted = False
+
+        async def counting_send(message: Message) -> None:
+            nonlocal status, counted
+            if message["type"] == "http.response.start" and not counted:
+                counted = True
+                status = int(message["status"])
+                route = _route(scope)
+                self._metrics.seconds.labels(scope["method"], route).observe(
+                    time.perf_counter() - started
+                )
+                self._metrics.requests.labels(scope["method"], route, str(status)).inc()
+            await send(message)
+
+        await self._app(scope, receive, counting_send)
+
+
+def _route(scope: Scope) -> str:
+    """The template of the route that answered (the router records it in the scope it
+    shares), or ``unmatched`` (a 404 route, a body refused before routing)."""
+    route = scope.get("route")
+    return str(getattr(route, "path", "unmatched"))
+
+
+class _Snapshot(Collector):
+    def __init__(self, metrics: TaskMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        metrics = self._metrics
+        statistics = metrics.statistics
+        if metrics.queue_depth is not None:
+            yield GaugeMetricFamily(
+                "ahp_broker_queue_depth",
+                "Run messages waiting at the broker for a worker.",
+                value=metrics.queue_depth,
+            )
+        tasks = GaugeMetricFamily(
+            "ahp_tasks", "Unsettled tasks of the pool by state.", labels=("state",)
+        )
+        tasks.add_metric(("starting",), metrics.starting)
+        tasks.add_metric(("running",), metrics.running)
+        tasks.add_metric(("queued",), statistics.queued)
+        yield tasks
+        yield CounterMetricFamily(
+            "ahp_tasks_started", "Tasks started (queued ones included).", value=statistics.started
+        )
+        settled = CounterMetricFamily(
+            "ahp_tasks_settled", "Settled tasks by outcome.", labels=("outcome",)
+        )
+        for outcome, count in sorted(statistics.settled.items()):
+            settled.add_metric((outcome,), count)
+        yield settled
+        yield _histogram(
+            "ahp_task_duration_seconds", "From a task's start to its settle.", statistics.duration
+        )
+        yield _histogram(
+            "ahp_task_time_to_start_seconds",
+            "From a task's start to its first claim by a worker.",
+            statistics.wait,
+        )
+
+
+def _histogram(name: str, documentation: str, histogram: TaskHistogram) -> Metric:
+    buckets = [
+        ("+Inf" if bound == float("inf") else _bound(bound), float(count))
+        for bound, count in histogram.buckets
+    ]
+    return HistogramMetricFamily(
+        name, documentation, buckets=buckets, sum_value=histogram.total.total_seconds()
+    )
+
+
+def _bound(value: float) -> str:
+    return str(int(value)) if value.is_integer() else str(value)
+
+
+def render(metrics: TaskMetrics, requests: RequestMetrics) -> bytes:
+    pool = CollectorRegistry(auto_describe=False)
+    pool.register(_Snapshot(metrics))
+    return generate_latest(pool) + generate_latest(requests.registry)
+
+
+__all__ = ["CONTENT_TYPE", "CountRequests", "RequestMetrics", "render"]

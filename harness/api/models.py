@@ -1,0 +1,216 @@
+"""Request and response bodies of the HTTP API, and their conversion from the harness's
+records. Everything here is data: no I/O."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from agent_harness_protocol import AgentUsage, TaskOutcome, TaskState
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from harness.info import SessionInfo, TaskInfo
+from wire.codec import outcome_to_json, usage_to_json
+
+
+class IfBusyChoice(StrEnum):
+    """What to do when the session is running another task."""
+
+    REJECT = "reject"
+    """Refuse with 409 ``session-busy`` (the AHP default)."""
+    ENQUEUE = "enqueue"
+    """Queue the task behind the running one; the session's tasks run strictly in order."""
+
+
+def _valid_unicode(value: str | None) -> str | None:
+    """Refuse lone surrogates (valid JSON escapes, not text): they cannot be stored."""
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("text must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CreateSession(_Strict):
+    instructions: str | None = Field(
+        default=None, description="System instructions sent with every model call."
+    )
+    persistent: bool = Field(
+        default=False,
+        description="Keep the session's context after DELETE, for POST .../reopen.",
+    )
+
+    _unicode = field_validator("instructions")(_valid_unicode)
+
+
+class ReopenSession(_Strict):
+    instructions: str | None = Field(
+        default=None,
+        description="New instructions; allowed only while no other handle of the context is open.",
+    )
+
+    _unicode = field_validator("instructions")(_valid_unicode)
+
+
+class Webhook(_Strict):
+    url: str = Field(
+        min_length=1,
+        max_length=2048,
+        description="Receives a POST of the settled task (JSON, signed with "
+        "``Webhook-Signature``); its host must be allow-listed.",
+    )
+
+
+class StartTask(_Strict):
+    input: str = Field(min_length=1, description="The task's text input.")
+    if_busy: IfBusyChoice = Field(default=IfBusyChoice.REJECT)
+    webhook: Webhook | None = None
+
+    _unicode = field_validator("input")(_valid_unicode)
+
+
+class ApprovalAnswer(_Strict):
+    kind: Literal["approval"]
+    decision: Literal["approve_once", "approve_for_session", "decline", "cancel"]
+
+
+class QuestionAnswer(_Strict):
+    kind: Literal["answer"]
+    text: str = Field(min_length=1, max_length=100_000)
+
+    _unicode = field_validator("text")(_valid_unicode)
+
+
+class Interaction(_Strict):
+    response: ApprovalAnswer | QuestionAnswer = Field(discriminator="kind")
+
+
+class Usage(BaseModel):
+    """Token usage; ``null`` where nothing measured it (never a made-up zero)."""
+
+    input_tokens: int | None
+    cached_input_tokens: int | None
+    output_tokens: int | None
+    reasoning_tokens: int | None
+    total_tokens: int | None
+    cache_write_input_tokens: int | None
+
+    @classmethod
+    def of(cls, usage: AgentUsage) -> Usage:
+        return cls.model_validate(usage_to_json(usage))
+
+
+class Output(BaseModel):
+    text: str
+    complete: bool
+
+
+class Outcome(BaseModel):
+    """The task's one terminal judgment."""
+
+    type: Literal["completed", "failed", "cancelled", "unresolved"]
+    output: Output | None = Field(description="``null``: no output is known.")
+    usage: Usage
+    session_usage: Usage | None
+    stop_reason: str | None = Field(default=None, description="completed: why it stopped.")
+    kind: str | None = Field(default=None, description="failed: the kind of failure.")
+    message: str | None = Field(default=None, description="failed: what failed.")
+    reason: str | None = Field(default=None, description="unresolved: why it is unknown.")
+    known: str | None = Field(default=None, description="unresolved: what is known.")
+
+    @classmethod
+    def of(cls, outcome: TaskOutcome) -> Outcome:
+        data: dict[str, Any] = outcome_to_json(outcome)
+        data.pop("task_id", None)
+        data.pop("cause", None)
+        return cls.model_validate(data)
+
+
+class SessionResource(BaseModel):
+    id: str
+    persistent: bool
+    closed: bool
+    active_task_id: str | None = Field(description="The session's unsettled (or last) task.")
+    queued_task_ids: list[str] = Field(description="Tasks queued behind it, in run order.")
+    turns: int = Field(description="Completed turns.")
+    usage: Usage | None
+
+    @classmethod
+    def of(cls, info: SessionInfo) -> SessionResource:
+        return cls(
+            id=info.id,
+            persistent=info.persistent,
+            closed=info.closed,
+            active_task_id=info.active_task,
+            queued_task_ids=list(info.queued_tasks),
+            turns=info.turns,
+            usage=None if info.usage is None else Usage.of(info.usage),
+        )
+
+
+class Released(BaseModel):
+    id: str
+    context_kept: bool = Field(description="A persistent session's context stays for reopen.")
+    checkpoint_cleanup: Literal["done", "kept", "pending"] = Field(
+        description="``pending``: deleting the stored context did not finish within the "
+        "cleanup budget; a worker finishes it later."
+    )
+
+
+class TaskResource(BaseModel):
+    id: str
+    session_id: str
+    state: TaskState
+    outcome: Outcome | None = Field(description="Set once the task is terminal.")
+    queued: bool = Field(description="Waiting behind its session's running task.")
+    cancel_requested: bool
+    created_at: datetime | None
+    claimed_at: datetime | None = Field(description="The latest claim by a worker.")
+    settled_at: datetime | None
+    replayed: bool | None = Field(
+        default=None,
+        description="On creation: ``true`` when the Idempotency-Key returned an earlier task.",
+    )
+
+    @classmethod
+    def of(cls, info: TaskInfo, *, replayed: bool | None = None) -> TaskResource:
+        return cls(
+            id=info.id,
+            session_id=info.session_id,
+            state=info.state,
+            outcome=None if info.outcome is None else Outcome.of(info.outcome),
+            queued=info.queued,
+            cancel_requested=info.cancel_requested,
+            created_at=info.created_at,
+            claimed_at=info.claimed_at,
+            settled_at=info.settled_at,
+            replayed=replayed,
+        )
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+__all__ = [
+    "ApprovalAnswer",
+    "CreateSession",
+    "Health",
+    "IfBusyChoice",
+    "Interaction",
+    "Outcome",
+    "QuestionAnswer",
+    "Released",
+    "ReopenSession",
+    "SessionResource",
+    "StartTask",
+    "TaskResource",
+    "Usage",
+    "Webhook",
+]

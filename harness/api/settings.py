@@ -1,0 +1,160 @@
+"""The HTTP API's configuration, from the environment (``AHP_API_*``).
+
+Secrets (bearer tokens, the webhook signing secret) are ``SecretStr``: they never appear in
+a ``repr``, a log line or an error. Durations accept seconds or ISO 8601, like the
+deployment's own settings (``wire.settings``).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from wire.keys import is_valid_id
+
+MIB = 1024 * 1024
+
+
+class ApiSettings(BaseSettings):
+    """Every knob of the HTTP submit API."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="AHP_API_",
+        frozen=True,
+        extra="ignore",
+        hide_input_in_errors=True,  # an error must never print a token
+    )
+
+    tokens: dict[str, tuple[SecretStr, ...]] = Field(
+        default_factory=dict,
+        description="Bearer tokens as a JSON object mapping each tenant to its token, or a "
+        'list of tokens while one is rotated (``{"acme": "<token>"}``); merged with '
+        "``tokens_file``. A tenant is 1-128 characters [A-Za-z0-9_.-]; a token at least 16.",
+    )
+    tokens_file: Path | None = Field(
+        default=None,
+        description="A JSON file of the same shape as ``tokens`` (a mounted secret).",
+    )
+    max_body_bytes: int = Field(
+        default=MIB,
+        ge=1024,
+        description="Requests with a larger body are refused with 413 before it is parsed.",
+    )
+    max_input_bytes: int = Field(
+        default=512 * 1024,
+        ge=1,
+        description="A task input larger than this in UTF-8 is refused with 413 (the "
+        "harness's admission also limits its characters).",
+    )
+    max_instructions_bytes: int = Field(
+        default=256 * 1024,
+        ge=1,
+        description="Session instructions larger than this in UTF-8 are refused with 413.",
+    )
+    max_wait: timedelta = Field(
+        default=timedelta(seconds=60),
+        gt=timedelta(0),
+        description="The longest ``wait`` a request may ask for.",
+    )
+    webhook_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Host names (exact, lower case, optionally ``host:port``) completion "
+        "webhooks may be sent to; empty: webhooks are refused.",
+    )
+    webhook_secret: SecretStr | None = Field(
+        default=None,
+        description="HMAC-SHA256 key that signs every webhook; without it webhooks are refused.",
+    )
+    webhook_allow_http: bool = Field(
+        default=False, description="Allow plain http:// webhook URLs (tests, private networks)."
+    )
+    webhook_attempts: int = Field(default=5, ge=1, le=20)
+    webhook_first_delay: timedelta = Field(default=timedelta(seconds=1), gt=timedelta(0))
+    webhook_timeout: timedelta = Field(default=timedelta(seconds=10), gt=timedelta(0))
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="When set, ``GET /metrics`` requires this bearer token; else it is open "
+        "(it shows pool-wide counts only, never ids or inputs).",
+    )
+    handle_cache: int = Field(
+        default=4096,
+        ge=16,
+        description="Task handles kept in memory; a miss attaches a new handle from Redis.",
+    )
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _token_lists(cls, value: object) -> object:
+        if isinstance(value, dict):
+            return {key: _as_list(item) for key, item in value.items()}
+        return value
+
+    @field_validator("max_wait", "webhook_first_delay", "webhook_timeout", mode="before")
+    @classmethod
+    def _plain_seconds(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                return value
+        return value
+
+    @field_validator("webhook_hosts", mode="before")
+    @classmethod
+    def _hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return tuple(json.loads(text))
+            return tuple(part.strip() for part in text.split(",") if part.strip())
+        return value
+
+    @field_validator("webhook_hosts")
+    @classmethod
+    def _lower_hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(host.lower() for host in value)
+
+    @model_validator(mode="after")
+    def _tenants_are_ids(self) -> ApiSettings:
+        for tenant, tokens in self.tenant_tokens().items():
+            if not is_valid_id(tenant):
+                raise ValueError("a tenant name must be 1-128 characters [A-Za-z0-9_.-]")
+            if any(len(token.get_secret_value()) < 16 for token in tokens):
+                raise ValueError(f"a token of tenant {tenant} is shorter than 16 characters")
+        return self
+
+    def tenant_tokens(self) -> dict[str, tuple[SecretStr, ...]]:
+        """Every tenant's tokens: ``tokens`` and the ``tokens_file``."""
+        merged = dict(self.tokens)
+        if self.tokens_file is not None:
+            merged.update(_read_tokens(self.tokens_file))
+        return merged
+
+
+def _as_list(value: object) -> object:
+    return [value] if isinstance(value, str | SecretStr) else value
+
+
+def _read_tokens(path: Path) -> dict[str, tuple[SecretStr, ...]]:
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot read the tokens file {path}: {type(error).__name__}") from None
+    tokens: dict[str, tuple[SecretStr, ...]] = {}
+    if isinstance(data, dict):
+        for tenant, value in data.items():
+            items = _as_list(value)
+            if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+                break
+            tokens[str(tenant)] = tuple(SecretStr(item) for item in items)
+        else:
+            return tokens
+    raise ValueError(f"the tokens file {path} must map tenants to a token or a list of tokens")
+
+
+__all__ = ["ApiSettings"]

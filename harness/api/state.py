@@ -1,0 +1,40 @@
+"""What every request of one app shares: the harness, the handles, the event reader."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request
+from redis.asyncio import Redis
+
+from harness.harness import CeleryHarness
+from wire.keys import Keys
+from wire.settings import Settings
+
+from .auth import Tenants
+from .handles import Handles
+from .metrics import RequestMetrics
+from .settings import ApiSettings
+from .webhooks import Webhooks
+
+
+@dataclass(eq=False)
+class ApiState:
+    settings: ApiSettings
+    core: Settings
+    harness: CeleryHarness
+    handles: Handles
+    webhooks: Webhooks
+    tenants: Tenants
+    requests: RequestMetrics
+    keys: Keys
+    events_redis: Redis
+    """Reads task event streams (blocking reads, a pool of their own)."""
+
+
+def api_state(request: Request) -> ApiState:
+    state: ApiState = request.app.state.api
+    return state
+
+
+__all__ = ["ApiState", "api_state"]

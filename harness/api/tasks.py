@@ -1,0 +1,294 @@
+"""Task routes: start (in a session), read with an optional wait, events, cancel, answer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from agent_harness_protocol import (
+    AnswerResponse,
+    ApprovalDecision,
+    ApprovalResponse,
+    InteractionId,
+    InteractionResponse,
+    SessionBlockedError,
+    TaskRequest,
+    TextInput,
+)
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
+from sse_starlette import EventSourceResponse
+
+from harness.errors import UnknownSessionError, UnknownTaskError
+from harness.task import CeleryTask
+from wire.store import BusyPolicy
+
+from .auth import tenant
+from .events import ENTRY_ID, EVENT_SCHEMA
+from .events import task_events as event_stream
+from .models import ApprovalAnswer, Interaction, StartTask, TaskResource
+from .openapi_docs import problems
+from .problems import Issue, ProblemError, ProblemType, invalid, not_found_session, too_large
+from .sessions import ID_PATTERN, SessionIdPath, require_id
+from .state import ApiState, api_state
+
+MAX_WAIT_SECONDS = 600.0
+"""The largest ``wait`` the schema accepts; the deployment's ``AHP_API_MAX_WAIT`` caps it."""
+IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
+
+router = APIRouter(tags=["tasks"])
+
+Tenant = Annotated[str, Depends(tenant)]
+State = Annotated[ApiState, Depends(api_state)]
+TaskIdPath = Annotated[
+    str,
+    Path(pattern=ID_PATTERN, max_length=128, description="A task id (as returned at its start)."),
+]
+Wait = Annotated[
+    float,
+    Query(
+        ge=0,
+        le=MAX_WAIT_SECONDS,
+        description="Seconds to wait for the task to settle before answering (capped by the "
+        "deployment); 0 answers at once.",
+    ),
+]
+
+
+async def _resource(api: ApiState, tenant: str, task_id: str, **extra: Any) -> TaskResource:
+    return TaskResource.of(await api.harness.task_info(task_id, tenant=tenant), **extra)
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _wait(
+    api: ApiState,
+    task: CeleryTask,
+    seconds: float,
+    request: Request | None = None,
+) -> None:
+    """Wait up to ``seconds`` for ``task`` to settle; with ``request``, request its
+    cancellation if the client disconnects first."""
+    seconds = min(seconds, api.settings.max_wait.total_seconds())
+    if seconds <= 0:
+        return
+    outcome = asyncio.ensure_future(task.await_outcome())
+    waiters: set[asyncio.Future[Any]] = {outcome}
+    gone = None if request is None else asyncio.ensure_future(_disconnected(request))
+    if gone is not None:
+        waiters.add(gone)
+    try:
+        done, _ = await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()  # await_outcome is shielded: the task itself goes on
+    if gone is not None and gone in done and not outcome.done():
+        await task.request_cancellation()
+
+
+@router.post(
+    "/v1/sessions/{session_id}/tasks",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TaskResource,
+    responses={
+        200: {"model": TaskResource, "description": "The Idempotency-Key's earlier task."},
+        **problems(404, 409, 413),
+    },
+    summary="Start a task in a session",
+)
+async def start_task(
+    session_id: SessionIdPath,
+    body: StartTask,
+    tenant: Tenant,
+    api: State,
+    request: Request,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            pattern=IDEMPOTENCY_KEY_PATTERN,
+            description="Repeat a request with the same key to get the same task (200) "
+            "instead of a second one; the same key with another input is refused (422).",
+        ),
+    ] = None,
+    wait: Wait = 0,
+    cancel_on_disconnect: Annotated[
+        bool,
+        Query(description="With wait: cancel the task if the client disconnects first."),
+    ] = False,
+) -> TaskResource:
+    """Admit the input and enqueue one run on the worker pool.
+
+    On a busy session, ``if_busy=reject`` answers 409 and ``enqueue`` queues the task
+    behind the running one (its tasks run strictly in order). With ``webhook``, the settled
+    task is POSTed there (signed; see the README). 503 ``start-unconfirmed`` means the task
+    may still run: never repeat the request blindly, GET the ``task_id`` it names."""
+    require_id("session", session_id)
+    size = len(body.input.encode("utf-8"))
+    if size > api.settings.max_input_bytes:
+        raise too_large(
+            f"an input of {size} bytes exceeds the limit of {api.settings.max_input_bytes}",
+            "body.input",
+        )
+    if body.webhook is not None:
+        issues = api.webhooks.issues(body.webhook.url)
+        if issues:
+            raise invalid(issues)
+    session = await api.handles.session(tenant, session_id)
+    try:
+        task = await session.start_task(
+            TaskRequest(TextInput(body.input)),
+            idempotency_key=idempotency_key,
+            if_busy=BusyPolicy(body.if_busy.value),
+        )
+    except SessionBlockedError:
+        # A cached handle of a session another replica released answers like any
+        # released session: not found.
+        try:
+            info = await api.harness.session_info(session_id, tenant=tenant)
+        except UnknownSessionError:
+            info = None
+        if info is None or (info.closed and not info.persistent):
+            api.handles.drop_session(tenant, session_id)
+            raise not_found_session(session_id) from None
+        raise
+    api.handles.add_task(tenant, task)
+    replayed = bool(task.replayed)
+    if body.webhook is not None and not replayed:
+        task_id = task.id.value
+
+        async def payload() -> dict[str, Any]:
+            resource = await _resource(api, tenant, task_id)
+            return resource.model_dump(mode="json")
+
+        api.webhooks.deliver_when_settled(task, body.webhook.url, payload)
+    await _wait(api, task, wait, request if cancel_on_disconnect else None)
+    response.headers["Location"] = f"/v1/tasks/{task.id.value}"
+    if replayed:
+        response.status_code = status.HTTP_200_OK
+    return await _resource(api, tenant, task.id.value, replayed=replayed)
+
+
+@router.get(
+    "/v1/tasks/{task_id}",
+    response_model=TaskResource,
+    responses=problems(404),
+    summary="Get a task's state and outcome",
+)
+async def get_task(task_id: TaskIdPath, tenant: Tenant, api: State, wait: Wait = 0) -> TaskResource:
+    """The task's state, and its outcome once settled. With ``wait``, answer as soon as it
+    settles or when the wait ends, whichever is first."""
+    require_id("task", task_id)
+    info = await api.harness.task_info(task_id, tenant=tenant)
+    if info.state.is_terminal or wait <= 0:
+        return TaskResource.of(info)
+    await _wait(api, await api.handles.task(tenant, task_id), wait)
+    return await _resource(api, tenant, task_id)
+
+
+@router.get(
+    "/v1/tasks/{task_id}/events",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "description": "Server-Sent Events; each ``id`` resumes the stream after it.",
+            "content": {"text/event-stream": {"schema": EVENT_SCHEMA}},
+        },
+        **problems(404),
+    },
+    summary="Follow a task's events (SSE)",
+)
+async def task_events(
+    task_id: TaskIdPath,
+    tenant: Tenant,
+    api: State,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            max_length=64,
+            description="Resume after this event id (sent by EventSource on reconnect).",
+        ),
+    ] = None,
+) -> EventSourceResponse:
+    """Every event of the task from its first (or after ``Last-Event-ID``), ending after the
+    terminal one, whose data holds the outcome. Resuming never skips or repeats an event
+    while the task is retained."""
+    require_id("task", task_id)
+    after = "0-0"
+    if last_event_id:
+        if not ENTRY_ID.fullmatch(last_event_id):
+            raise invalid(
+                [Issue(path="header.Last-Event-ID", message="not an event id of this API")]
+            )
+        after = last_event_id
+    await api.harness.task_info(task_id, tenant=tenant)
+
+    async def settled() -> bool:
+        try:
+            info = await api.harness.task_info(task_id, tenant=tenant)
+        except UnknownTaskError:
+            return True  # its retention ended: no more entries will come
+        return info.state.is_terminal
+
+    return EventSourceResponse(
+        event_stream(api.events_redis, api.keys, task_id, after, settled),
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.post(
+    "/v1/tasks/{task_id}/cancel",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=TaskResource,
+    responses=problems(404),
+    summary="Request a task's cancellation",
+)
+async def cancel_task(task_id: TaskIdPath, tenant: Tenant, api: State) -> TaskResource:
+    """Record the request durably and tell the worker; the task settles ``cancelled`` (or
+    ``unresolved`` where termination cannot be confirmed) shortly after. Idempotent; a
+    settled task is unchanged."""
+    require_id("task", task_id)
+    info = await api.harness.task_info(task_id, tenant=tenant)
+    if not info.state.is_terminal:
+        task = await api.handles.task(tenant, task_id)
+        await task.request_cancellation()
+    return await _resource(api, tenant, task_id)
+
+
+@router.post(
+    "/v1/tasks/{task_id}/interactions/{interaction_id}",
+    response_model=TaskResource,
+    responses=problems(404, 413),
+    summary="Answer a task's pending approval or question",
+)
+async def answer_interaction(
+    task_id: TaskIdPath,
+    interaction_id: Annotated[str, Path(pattern=ID_PATTERN, max_length=128)],
+    body: Interaction,
+    tenant: Tenant,
+    api: State,
+) -> TaskResource:
+    """Answer one pending interaction; 404 when the task has no such pending interaction."""
+    require_id("task", task_id)
+    require_id("interaction", interaction_id)
+    task = await api.handles.task(tenant, task_id)
+    answer: InteractionResponse
+    if isinstance(body.response, ApprovalAnswer):
+        answer = ApprovalResponse(ApprovalDecision(body.response.decision))
+    else:
+        answer = AnswerResponse(body.response.text)
+    try:
+        await task.respond(InteractionId(interaction_id), answer)
+    except (ValueError, KeyError, LookupError):
+        raise ProblemError(
+            ProblemType.UNKNOWN_INTERACTION,
+            404,
+            f"task {task_id} has no pending interaction {interaction_id}",
+            task_id=task_id,
+        ) from None
+    return await _resource(api, tenant, task_id)
+
+
+__all__ = ["router"]

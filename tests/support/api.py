@@ -1,0 +1,230 @@
+"""The HTTP API under test: in-process (ASGI transport) and behind a real uvicorn server.
+
+Both serve the app from ``harness.api.create_app`` over a real ``CeleryHarness`` (real
+Redis, real workers); only the chat model is controlled. Tokens here are test secrets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import redis
+import uvicorn
+from fastapi import FastAPI
+
+from harness import CeleryHarness
+from harness.api import ApiSettings, create_app
+from harness.runtime import PublisherFactory
+from wire.settings import Settings
+
+from .boundary import ModelBoundary
+
+TOKENS = {"alpha": "alpha-token-0123456789abcdef", "beta": "beta-token-0123456789abcdef"}
+WEBHOOK_SECRET = "webhook-secret-for-tests"
+
+
+def api_settings(**overrides: Any) -> ApiSettings:
+    values: dict[str, Any] = {"tokens": TOKENS, "webhook_secret": WEBHOOK_SECRET}
+    values.update(overrides)
+    return ApiSettings(**values)
+
+
+def auth(tenant: str = "alpha") -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[tenant]}"}
+
+
+def api_harness(
+    settings: Settings,
+    boundary: ModelBoundary,
+    profile: str = "confirmed",
+    publisher_factory: PublisherFactory | None = None,
+) -> CeleryHarness:
+    return CeleryHarness(
+        settings,
+        profile=profile,
+        run_metadata=boundary.run_metadata,
+        publisher_factory=publisher_factory,
+    )
+
+
+@asynccontextmanager
+async def in_process(
+    harness: CeleryHarness, api: ApiSettings | None = None, *, detach: bool = False
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the app in this event loop. After it the harness is closed (its
+    sessions released), or with ``detach`` detached as the app detaches a harness of its
+    own when it stops (sessions left open for other replicas)."""
+    app = create_app(api or api_settings(), harness)
+    try:
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app), base_url="http://api", timeout=60
+            ) as client,
+        ):
+            yield client
+    finally:
+        await (harness.detach() if detach else harness.aclose())
+
+
+@asynccontextmanager
+async def owned_app(api: ApiSettings | None = None) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of an app that builds its own harness from the environment (``AHP_*``),
+    as ``uvicorn --factory`` runs it, and detaches it when it stops."""
+    app = create_app(api or api_settings())
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app), base_url="http://api", timeout=60
+        ) as client,
+    ):
+        yield client
+
+
+def deployment_environment(settings: Settings) -> dict[str, str]:
+    """The ``AHP_*`` variables that make ``Settings()`` equal the test deployment's."""
+    return {
+        "AHP_REDIS_URL": settings.redis_url,
+        "AHP_NAMESPACE": settings.namespace,
+        "AHP_QUEUE": settings.queue,
+        "AHP_PROFILES": settings.profiles,
+        "AHP_PROFILE": settings.profile,
+        "AHP_LEASE_TTL": str(settings.lease_ttl.total_seconds()),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass(frozen=True, slots=True)
+class LiveServer:
+    url: str
+    app: FastAPI
+
+
+@contextmanager
+def serve(app: Any, cleanup: Callable[[], Awaitable[None]] | None = None) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn on a free port, in a thread with its own event loop;
+    ``cleanup`` runs in that loop after the server stopped. Yields the base URL."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        async def main() -> None:
+            try:
+                await server.serve()
+            finally:
+                if cleanup is not None:
+                    await cleanup()
+
+        try:
+            asyncio.run(main())
+        except BaseException as error:
+            failure.append(error)
+
+    thread = threading.Thread(target=run, name="uvicorn", daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError(f"uvicorn did not start: {failure}")
+            thread.join(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        assert not thread.is_alive(), "uvicorn did not stop"
+        assert not failure, failure
+
+
+@contextmanager
+def live_server(harness: CeleryHarness, api: ApiSettings | None = None) -> Iterator[LiveServer]:
+    """The app behind a real uvicorn server on a free port, in a thread with its own event
+    loop (where the harness opens its clients, and is closed after the server stopped)."""
+    app = create_app(api or api_settings(), harness)
+    with serve(app, harness.aclose) as url:
+        yield LiveServer(url, app)
+
+
+def keyspace(client: redis.Redis) -> dict[str, str]:
+    """Every key of the deployment's Redis with a digest of its value: what a refused
+    request must leave unchanged. Left out: the controlled model's own keys, the workers'
+    maintenance-consumer liveness keys (a worker's heartbeat, not a request's) and
+    kombu's in-flight bookkeeping (``unacked*``: emptied when an earlier run is acked);
+    a published run still shows in its task record and the queue lists."""
+    snapshot: dict[str, str] = {}
+    for key in client.scan_iter(count=1000):
+        name = key if isinstance(key, str) else key.decode()
+        if name.startswith(("ahp-test:", "unacked")) or ":maintenance:consumer" in name:
+            continue
+        kind = client.type(name)
+        if kind == "hash":
+            value: Any = client.hgetall(name)
+        elif kind == "string":
+            value = client.get(name)
+        elif kind == "list":
+            value = client.lrange(name, 0, -1)
+        elif kind == "set":
+            value = sorted(client.smembers(name))
+        elif kind == "stream":
+            value = client.xlen(name)
+        elif kind == "none":
+            continue  # expired between the scan and the read
+        else:
+            value = kind
+        snapshot[name] = json.dumps(value, sort_keys=True, default=str)
+    return snapshot
+
+
+@dataclass
+class SseEvent:
+    id: str
+    event: str
+    data: dict[str, Any]
+
+
+async def read_events(response: httpx.Response, limit: int | None = None) -> list[SseEvent]:
+    """Parse an SSE body (``limit``: stop after that many events)."""
+    events: list[SseEvent] = []
+    fields: dict[str, str] = {}
+    async for line in response.aiter_lines():
+        if line == "":
+            if "data" in fields:
+                events.append(
+                    SseEvent(
+                        fields.get("id", ""), fields.get("event", ""), json.loads(fields["data"])
+                    )
+                )
+                if limit is not None and len(events) >= limit:
+                    return events
+            fields = {}
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        fields[name] = value[1:] if value.startswith(" ") else value
+    return events
+
+
+def problem_of(response: httpx.Response) -> Mapping[str, Any]:
+    assert response.headers["content-type"].startswith("application/problem+json"), response.text
+    body: Mapping[str, Any] = response.json()
+    assert body["status"] == response.status_code
+    assert body["type"].startswith("https://")
+    assert body["title"]
+    assert body["detail"]
+    return body
