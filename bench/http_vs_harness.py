@@ -12,8 +12,8 @@ run the same deterministic chat model (profile ``scripted``) on the same workers
 * http    -- the same flow over HTTP with ``httpx``: ``POST /v1/sessions`` +
              ``POST /v1/sessions/{id}/tasks`` + the task's Server-Sent Events until the
              terminal one ("create, run and stream", the flow LangGraph's Agent Server
-             serves), and as a second variant ``GET /v1/tasks/{id}?wait=`` instead of
-             the stream ("create, run and wait").
+             serves), and as a second variant ``POST /v1/sessions/{id}/tasks?wait=``,
+             which answers with the outcome ("create, run and wait").
 
 Scenarios:
  (a) latency: fresh-session tasks one at a time, samples of the paths interleaved
@@ -142,15 +142,16 @@ class HttpPath:
         return str(reply.json()["id"])
 
     async def task(self, session_id: str, tally: Tally) -> None:
-        reply = await self.client.post(f"/v1/sessions/{session_id}/tasks", json={"input": PROMPT})
+        # The wait variant starts the task and waits for its outcome in one request.
+        params = {} if self.stream else {"wait": 30}
+        reply = await self.client.post(
+            f"/v1/sessions/{session_id}/tasks", json={"input": PROMPT}, params=params
+        )
         reply.raise_for_status()
-        task_id = reply.json()["id"]
         if self.stream:
-            outcome = await self._stream(task_id)
+            outcome = await self._stream(reply.json()["id"])
         else:
-            waited = await self.client.get(f"/v1/tasks/{task_id}", params={"wait": 30})
-            waited.raise_for_status()
-            outcome = waited.json().get("outcome")
+            outcome = reply.json().get("outcome")
         ok = isinstance(outcome, dict) and outcome.get("type") == "completed"
         tally.count("completed" if ok else str((outcome or {}).get("type", "none")))
 
