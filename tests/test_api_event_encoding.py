@@ -1,0 +1,141 @@
+"""Every kind of stream entry as the SSE event the API sends (names, data, terminal),
+from the same wire encoding the workers append with."""
+
+from __future__ import annotations
+
+import json
+
+from agent_harness_protocol import (
+    AgentUsage,
+    Completed,
+    Failed,
+    FailureKind,
+    MessageCompleted,
+    MessageDelta,
+    MessageId,
+    MessageRole,
+    ProviderDiagnostic,
+    ProviderId,
+    StopReason,
+    TaskEvent,
+    TaskId,
+    TaskStarted,
+    TextOutput,
+    ToolCallChanged,
+    UsageChanged,
+    Warning,
+    WarningKind,
+    WorkId,
+    WorkStatus,
+)
+
+from harness.api.events import EVENT_NAMES, EVENT_SCHEMA, encode_entry
+from wire.codec import (
+    DIAGNOSTIC,
+    SEMANTIC,
+    TERMINAL_TAG,
+    diagnostic_to_entry,
+    dumps,
+    event_to_entry,
+    outcome_to_json,
+)
+
+TASK = TaskId("t-1")
+USAGE = AgentUsage(input_tokens=7, output_tokens=3, total_tokens=10)
+
+
+def _entry(event: TaskEvent) -> dict[str, str]:
+    tag, payload = event_to_entry(event)
+    return {"k": SEMANTIC, "t": tag, "d": payload}
+
+
+def test_every_event_kind_has_its_name_and_data() -> None:
+    cases: list[tuple[dict[str, str], str, dict[str, object]]] = [
+        (_entry(TaskStarted(TASK)), "task_started", {}),
+        (
+            _entry(MessageDelta(TASK, MessageId("m"), "par", MessageRole.ANSWER)),
+            "message_delta",
+            {"message_id": "m", "text": "par", "role": "answer"},
+        ),
+        (
+            _entry(MessageCompleted(TASK, MessageId("m"), "partial", MessageRole.ANSWER)),
+            "message_completed",
+            {"message_id": "m", "text": "partial", "role": "answer"},
+        ),
+        (
+            _entry(UsageChanged(TASK, USAGE, None)),
+            "usage_changed",
+            {
+                "task": {
+                    "input_tokens": 7,
+                    "cached_input_tokens": None,
+                    "output_tokens": 3,
+                    "reasoning_tokens": None,
+                    "total_tokens": 10,
+                    "cache_write_input_tokens": None,
+                },
+                "session": None,
+            },
+        ),
+        (
+            _entry(
+                ToolCallChanged(TASK, WorkId("w"), "search", WorkStatus.FAILED, "{}", None, "x")
+            ),
+            "tool_call_changed",
+            {
+                "work_id": "w",
+                "name": "search",
+                "status": "failed",
+                "arguments": "{}",
+                "result": None,
+                "error": "x",
+            },
+        ),
+        (
+            _entry(Warning(TASK, WarningKind.RECOVERABLE, "resumed")),
+            "warning",
+            {"kind": "recoverable", "message": "resumed"},
+        ),
+        (
+            {
+                "k": DIAGNOSTIC,
+                "t": "diagnostic",
+                "d": diagnostic_to_entry(ProviderDiagnostic(TASK, ProviderId("p"), "n", "body"))[1],
+            },
+            "diagnostic",
+            {"provider": "p", "name": "n", "payload": "body"},
+        ),
+        (
+            {"k": SEMANTIC, "t": "delta", "d": "not json"},
+            "observation_gap",
+            {"dropped_events": 1},
+        ),
+        ({"k": SEMANTIC, "t": "no-such-tag", "d": "{}"}, "observation_gap", {"dropped_events": 1}),
+    ]
+    for fields, name, data in cases:
+        assert encode_entry(TASK.value, fields) == (name, {"task_id": "t-1", **data}, False)
+        assert name in EVENT_NAMES
+
+
+def test_terminal_entries_carry_the_outcome_and_end_the_stream() -> None:
+    completed = Completed(TASK, StopReason.FINISHED, TextOutput("done"), USAGE, USAGE)
+    failed = Failed(TASK, FailureKind.PROVIDER, "model error", None, None, USAGE, None)
+    for outcome, name in ((completed, "task_completed"), (failed, "task_failed")):
+        fields = {"k": SEMANTIC, "t": TERMINAL_TAG, "d": dumps(outcome_to_json(outcome))}
+        event, data, terminal = encode_entry(TASK.value, fields)
+        assert (event, terminal) == (name, True)
+        assert data["outcome"]["type"] == name.removeprefix("task_")
+        assert data["outcome"]["usage"]["total_tokens"] == 10
+    _, data, _ = encode_entry(
+        TASK.value, {"k": SEMANTIC, "t": TERMINAL_TAG, "d": dumps(outcome_to_json(failed))}
+    )
+    assert data["outcome"]["session_usage"] is None  # unknown stays unknown
+    assert data["outcome"]["output"] is None
+    json.dumps(data)  # plain JSON
+
+
+def test_the_published_event_schema_names_every_event() -> None:
+    assert EVENT_SCHEMA["properties"]["event"]["enum"] == list(EVENT_NAMES)
+    assert {"task_completed", "task_failed", "task_cancelled", "task_unresolved"} <= set(
+        EVENT_NAMES
+    )
