@@ -32,7 +32,9 @@ class ApiState:
     """Reads task event streams (blocking reads, a pool of their own)."""
 
 
-def api_state(request: Request) -> ApiState:
+async def api_state(request: Request) -> ApiState:
+    """The app's shared state. A coroutine on purpose: FastAPI runs a plain ``def``
+    dependency in its thread pool, a thread hop on every request."""
     state: ApiState = request.app.state.api
     return state
 
