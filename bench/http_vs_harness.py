@@ -10,10 +10,12 @@ run the same deterministic chat model (profile ``scripted``) on the same workers
 * harness -- ``CeleryHarness`` in this process: ``create_session`` + ``start_task`` +
              ``await_outcome`` (the session is released untimed);
 * http    -- the same flow over HTTP with ``aiohttp``: ``POST /v1/sessions`` +
-             ``POST /v1/sessions/{id}/tasks`` + the task's Server-Sent Events until the
-             terminal one ("create, run and stream", the flow LangGraph's Agent Server
-             serves), and as a second variant ``POST /v1/sessions/{id}/tasks?wait=``,
-             which answers with the outcome ("create, run and wait").
+             ``POST /v1/sessions/{id}/tasks/stream``, whose answer is the task's
+             Server-Sent Events until the terminal one ("create, run and stream", the
+             flow of LangGraph's Agent Server: ``POST /threads`` +
+             ``POST /threads/{id}/runs/stream``), and as a second variant
+             ``POST /v1/sessions/{id}/tasks?wait=``, which answers with the outcome
+             ("create, run and wait").
 
 Scenarios:
  (a) latency: fresh-session tasks one at a time, samples of the paths interleaved
@@ -148,19 +150,22 @@ class HttpPath:
             return str((await reply.json())["id"])
 
     async def task(self, session_id: str, tally: Tally) -> None:
-        # The wait variant starts the task and waits for its outcome in one request.
-        params = {} if self.stream else {"wait": "30"}
-        async with self.client.post(
-            f"/v1/sessions/{session_id}/tasks", json={"input": PROMPT}, params=params
-        ) as reply:
-            reply.raise_for_status()
-            body = await reply.json()
-        outcome = await self._stream(body["id"]) if self.stream else body.get("outcome")
+        path = f"/v1/sessions/{session_id}/tasks"
+        if self.stream:
+            # Start the task and read its events in the same response.
+            outcome = await self._stream(f"{path}/stream")
+        else:
+            # Start the task and answer with its outcome in the same response.
+            async with self.client.post(
+                path, json={"input": PROMPT}, params={"wait": "30"}
+            ) as reply:
+                reply.raise_for_status()
+                outcome = (await reply.json()).get("outcome")
         ok = isinstance(outcome, dict) and outcome.get("type") == "completed"
         tally.count("completed" if ok else str((outcome or {}).get("type", "none")))
 
-    async def _stream(self, task_id: str) -> dict[str, object] | None:
-        async with self.client.get(f"/v1/tasks/{task_id}/events") as events:
+    async def _stream(self, path: str) -> dict[str, object] | None:
+        async with self.client.post(path, json={"input": PROMPT}) as events:
             events.raise_for_status()
             kind = ""
             async for raw in events.content:

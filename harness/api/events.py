@@ -64,7 +64,12 @@ EVENT_NAMES = (
     "task_failed",
     "task_cancelled",
     "task_unresolved",
+    "task_created",
 )
+
+FIRST_EVENT_ID = "0-0"
+"""The id of a start-and-stream response's ``task_created`` event: resuming after it
+sends every entry of the task's stream."""
 
 EVENT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -161,11 +166,11 @@ async def task_events(
     task_id: str,
     after: str,
     settled: Callable[[], Awaitable[bool]],
-) -> AsyncIterator[ServerSentEvent]:
+) -> AsyncIterator[bytes]:
     """The task's events after entry ``after`` (``0-0``: from the first), ending after
     the terminal one. ``settled()`` says whether the task is terminal or gone: a cursor
     already past the terminal entry (or a stream that expired) ends the stream instead
-    of waiting forever."""
+    of waiting forever. Yields encoded SSE text, the events of one read at a time."""
     key = keys.events(task_id)
     last = after
     while True:
@@ -183,14 +188,23 @@ async def task_events(
             # The client reconnects with the last id it received and misses nothing.
             log.warning("event stream of task %s ended early: %s", task_id, type(error).__name__)
             return
+        # Every entry one read returned goes out as one chunk: one send through the
+        # middleware and one socket write per read, not per event.
+        chunk: list[bytes] = []
+        terminal = False
         streams = cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply)
         for _, entries in streams:
             for entry_id, fields in entries:
                 last = entry_id
                 name, data, terminal = encode_entry(task_id, fields)
-                yield ServerSentEvent(data=dumps(data), event=name, id=entry_id)
+                chunk.append(ServerSentEvent(data=dumps(data), event=name, id=entry_id).encode())
                 if terminal:
-                    return
+                    break
+            if terminal:
+                break
+        yield b"".join(chunk)
+        if terminal:
+            return
 
 
-__all__ = ["ENTRY_ID", "encode_entry", "encode_event", "task_events"]
+__all__ = ["ENTRY_ID", "FIRST_EVENT_ID", "encode_entry", "encode_event", "task_events"]

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from agent_harness_protocol import (
     AnswerResponse,
     ApprovalDecision,
     ApprovalResponse,
+    HarnessTransportError,
     InteractionId,
     InteractionResponse,
     SessionBlockedError,
@@ -16,14 +19,14 @@ from agent_harness_protocol import (
     TextInput,
 )
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
-from sse_starlette import EventSourceResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from harness.errors import UnknownSessionError, UnknownTaskError
 from harness.task import CeleryTask
 from wire.store import BusyPolicy
 
 from .auth import tenant
-from .events import ENTRY_ID, EVENT_SCHEMA
+from .events import ENTRY_ID, EVENT_SCHEMA, FIRST_EVENT_ID
 from .events import task_events as event_stream
 from .models import ApprovalAnswer, Interaction, StartTask, TaskResource
 from .openapi_docs import problems
@@ -36,6 +39,7 @@ MAX_WAIT_SECONDS = 600.0
 IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
 
 router = APIRouter(tags=["tasks"])
+log = logging.getLogger(__name__)
 
 Tenant = Annotated[str, Depends(tenant)]
 State = Annotated[ApiState, Depends(api_state)]
@@ -88,43 +92,28 @@ async def _wait(
         await task.request_cancellation()
 
 
-@router.post(
-    "/v1/sessions/{session_id}/tasks",
-    status_code=status.HTTP_201_CREATED,
-    response_model=TaskResource,
-    responses={
-        200: {"model": TaskResource, "description": "The Idempotency-Key's earlier task."},
-        **problems(404, 409, 413),
-    },
-    summary="Start a task in a session",
-)
-async def start_task(
-    session_id: SessionIdPath,
-    body: StartTask,
-    tenant: Tenant,
-    api: State,
-    request: Request,
-    response: Response,
-    idempotency_key: Annotated[
-        str | None,
-        Header(
-            pattern=IDEMPOTENCY_KEY_PATTERN,
-            description="Repeat a request with the same key to get the same task (200) "
-            "instead of a second one; the same key with another input is refused (422).",
-        ),
-    ] = None,
-    wait: Wait = 0,
-    cancel_on_disconnect: Annotated[
-        bool,
-        Query(description="With wait: cancel the task if the client disconnects first."),
-    ] = False,
-) -> TaskResource:
-    """Admit the input and enqueue one run on the worker pool.
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        pattern=IDEMPOTENCY_KEY_PATTERN,
+        description="Repeat a request with the same key to get the same task (200) "
+        "instead of a second one; the same key with another input is refused (422).",
+    ),
+]
+CancelOnDisconnect = Annotated[
+    bool,
+    Query(description="Cancel the task if the client disconnects before it settles."),
+]
 
-    On a busy session, ``if_busy=reject`` answers 409 and ``enqueue`` queues the task
-    behind the running one (its tasks run strictly in order). With ``webhook``, the settled
-    task is POSTed there (signed; see the README). 503 ``start-unconfirmed`` means the task
-    may still run: never repeat the request blindly, GET the ``task_id`` it names."""
+
+async def _start(
+    api: ApiState,
+    tenant: str,
+    session_id: str,
+    body: StartTask,
+    idempotency_key: str | None,
+) -> CeleryTask:
+    """Admit the request and start (or replay, or queue) its task; registers its webhook."""
     require_id("session", session_id)
     size = len(body.input.encode("utf-8"))
     if size > api.settings.max_input_bytes:
@@ -155,8 +144,7 @@ async def start_task(
             raise not_found_session(session_id) from None
         raise
     api.handles.add_task(tenant, task)
-    replayed = bool(task.replayed)
-    if body.webhook is not None and not replayed:
+    if body.webhook is not None and not task.replayed:
         task_id = task.id.value
 
         async def payload() -> dict[str, Any]:
@@ -164,11 +152,127 @@ async def start_task(
             return resource.model_dump(mode="json")
 
         api.webhooks.deliver_when_settled(task, body.webhook.url, payload)
+    return task
+
+
+@router.post(
+    "/v1/sessions/{session_id}/tasks",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TaskResource,
+    responses={
+        200: {"model": TaskResource, "description": "The Idempotency-Key's earlier task."},
+        **problems(404, 409, 413),
+    },
+    summary="Start a task in a session",
+)
+async def start_task(
+    session_id: SessionIdPath,
+    body: StartTask,
+    tenant: Tenant,
+    api: State,
+    request: Request,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+    wait: Wait = 0,
+    cancel_on_disconnect: CancelOnDisconnect = False,
+) -> TaskResource:
+    """Admit the input and enqueue one run on the worker pool.
+
+    On a busy session, ``if_busy=reject`` answers 409 and ``enqueue`` queues the task
+    behind the running one (its tasks run strictly in order). With ``webhook``, the settled
+    task is POSTed there (signed; see the README). With ``wait``, the answer comes when the
+    task settled (or the wait ended); ``cancel_on_disconnect`` then cancels the task if the
+    client goes away first. 503 ``start-unconfirmed`` means the task may still run: never
+    repeat the request blindly, GET the ``task_id`` it names."""
+    task = await _start(api, tenant, session_id, body, idempotency_key)
     await _wait(api, task, wait, request if cancel_on_disconnect else None)
     response.headers["Location"] = f"/v1/tasks/{task.id.value}"
-    if replayed:
+    if task.replayed:
         response.status_code = status.HTTP_200_OK
-    return await _resource(api, tenant, task.id.value, replayed=replayed)
+    return await _resource(api, tenant, task.id.value, replayed=task.replayed)
+
+
+@router.post(
+    "/v1/sessions/{session_id}/tasks/stream",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "description": "Server-Sent Events: ``task_created`` (id ``0-0``, data: the task "
+            "resource), then the task's events as ``GET /v1/tasks/{task_id}/events`` sends "
+            "them; each ``id`` resumes the stream there with Last-Event-ID.",
+            "content": {"text/event-stream": {"schema": EVENT_SCHEMA}},
+        },
+        **problems(404, 409, 413),
+    },
+    summary="Start a task in a session and stream its events",
+)
+async def start_task_streaming(
+    session_id: SessionIdPath,
+    body: StartTask,
+    tenant: Tenant,
+    api: State,
+    idempotency_key: IdempotencyKey = None,
+    cancel_on_disconnect: CancelOnDisconnect = False,
+) -> EventSourceResponse:
+    """Start a task as ``POST /v1/sessions/{session_id}/tasks`` does and answer with its
+    events in the same response, ending after the terminal one: one round trip for the
+    create, run and stream flow. Refusals are the same problem responses, sent before any
+    event. A dropped stream resumes with ``GET /v1/tasks/{task_id}/events`` and the last
+    event id received (``0-0`` for the ``task_created`` event)."""
+    task = await _start(api, tenant, session_id, body, idempotency_key)
+    resource = TaskResource.of(
+        await api.harness.task_info(task.id.value, tenant=tenant), replayed=task.replayed
+    )
+    created = ServerSentEvent(
+        data=resource.model_dump_json(), event="task_created", id=FIRST_EVENT_ID
+    ).encode()
+    events = _events(api, tenant, task.id.value, FIRST_EVENT_ID)
+    return EventSourceResponse(
+        _cancelling(_prepend(created, events), task if cancel_on_disconnect else None),
+        headers={
+            "Cache-Control": "no-store",
+            "X-Accel-Buffering": "no",
+            "Location": f"/v1/tasks/{task.id.value}",
+        },
+    )
+
+
+async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``first`` at once (a queued task may start much later), then ``rest``."""
+    yield first
+    async for chunk in rest:
+        yield chunk
+
+
+async def _cancelling(
+    events: AsyncIterator[bytes], task: CeleryTask | None
+) -> AsyncIterator[bytes]:
+    """``events``; with ``task``, a stream that ends before the task settled (the client
+    went away) requests its cancellation, shielded from the stream's own cancellation."""
+    try:
+        async for event in events:
+            yield event
+    finally:
+        if task is not None and not task.settled:
+            await asyncio.shield(_cancel_quietly(task))
+
+
+async def _cancel_quietly(task: CeleryTask) -> None:
+    try:
+        await task.request_cancellation()
+    except HarnessTransportError as error:
+        log.warning("task %s: cancelling after a disconnect failed: %s", task.id.value, error)
+
+
+def _events(api: ApiState, tenant: str, task_id: str, after: str) -> AsyncIterator[bytes]:
+    async def settled() -> bool:
+        try:
+            info = await api.harness.task_info(task_id, tenant=tenant)
+        except UnknownTaskError:
+            return True  # its retention ended: no more entries will come
+        return info.state.is_terminal
+
+    return event_stream(api.events_redis, api.keys, task_id, after, settled)
 
 
 @router.get(
@@ -224,16 +328,8 @@ async def task_events(
             )
         after = last_event_id
     await api.harness.task_info(task_id, tenant=tenant)
-
-    async def settled() -> bool:
-        try:
-            info = await api.harness.task_info(task_id, tenant=tenant)
-        except UnknownTaskError:
-            return True  # its retention ended: no more entries will come
-        return info.state.is_terminal
-
     return EventSourceResponse(
-        event_stream(api.events_redis, api.keys, task_id, after, settled),
+        _events(api, tenant, task_id, after),
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
