@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import logging
 import re
+from datetime import UTC, datetime
 from uuid import uuid4
 
 from agent_harness_protocol import (
@@ -184,7 +185,9 @@ class CelerySession(AgentSession):
             raise IdempotencyKeyReusedError(idempotency_key, detail)
         if result is StartResult.QUEUED:
             # Its run is published by whoever settles the task ahead of it.
-            queued = CeleryTask(self.runtime, self._id, task_id, queued=True)
+            queued = CeleryTask(
+                self.runtime, self._id, task_id, queued=True, created_at=_redis_time(detail)
+            )
             queued.start_reading()
             return queued
         if result is StartResult.BUSY:
@@ -199,7 +202,7 @@ class CelerySession(AgentSession):
             )
         if result is not StartResult.OK:
             raise SessionBlockedError(self._id, f"session cannot start tasks: {result.value}")
-        task = CeleryTask(self.runtime, self._id, task_id)
+        task = CeleryTask(self.runtime, self._id, task_id, created_at=_redis_time(detail))
         try:
             await self.runtime.publisher.publish(task_id.value, self._id.value)
         except PublishError as error:
@@ -332,3 +335,7 @@ def _idempotency(key: str | None, text: str, if_busy: BusyPolicy) -> tuple[str, 
         raise ValueError("an idempotency key is 1-255 printable ASCII characters")
     request = dumps({"input": text, "if_busy": if_busy.value})
     return key, hashlib.sha256(request.encode()).hexdigest()[:32]
+
+
+def _redis_time(milliseconds: str) -> datetime | None:
+    return datetime.fromtimestamp(int(milliseconds) / 1000, tz=UTC) if milliseconds else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from agent_harness_protocol import (
@@ -92,6 +92,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         *,
         replayed: bool = False,
         queued: bool = False,
+        created_at: datetime | None = None,
     ) -> None:
         """A handle on task ``task_id`` of session ``session_id``. It shares the harness's
         ``runtime`` with its session's handle and never holds that handle: everything it
@@ -99,9 +100,11 @@ class CeleryTask(AgentTask, TaskDiagnostics):
 
         ``replayed``: the handle answers a retried start (same idempotency key) with the
         task its first attempt started. ``queued``: the task waits behind its session's
-        running task (the ``enqueue`` strategy)."""
+        running task (the ``enqueue`` strategy). ``created_at``: the Redis time of its start,
+        when the start returned it."""
         self.replayed = replayed
         self.queued = queued
+        self.created_at = created_at
         self._runtime = runtime
         self._session_id = session_id
         self._id = task_id

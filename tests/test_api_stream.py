@@ -30,7 +30,9 @@ async def test_start_and_stream_sends_the_task_then_every_event_and_resumes_like
         task_id = created.data["id"]
         assert created.data["session_id"] == session_id
         assert response.headers["location"] == f"/v1/tasks/{task_id}"
-        assert [event.event for event in rest][0] == "task_started"
+        assert created.data["state"] == "starting"
+        assert created.data["created_at"] is not None
+        assert rest[0].event == "task_started"
         assert rest[-1].event == "task_completed"
         deltas = [event.data["text"] for event in rest if event.event == "message_delta"]
         assert deltas == [f"chunk{index} " for index in range(20)] + ["native-result"]

@@ -22,8 +22,9 @@ DEFAULT_TASK_RETENTION = timedelta(days=7)
 
 class StartResult(StrEnum):
     OK = "ok"
+    """Started; detail: the Redis time of the start in ms (the record's ``created_ms``)."""
     QUEUED = "queued"
-    """Queued behind the session's running task (``enqueue``); detail: its position."""
+    """Queued behind the session's running task (``enqueue``); detail: as for ``OK``."""
     REPLAY = "replay"
     """The idempotency key started a task before; detail: that task's id."""
     REUSED = "reused"

@@ -11,6 +11,7 @@ from agent_harness_protocol import AgentUsage, TaskOutcome, TaskState
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from harness.info import SessionInfo, TaskInfo
+from harness.task import CeleryTask
 from wire.codec import outcome_to_json, usage_to_json
 
 
@@ -191,6 +192,23 @@ class TaskResource(BaseModel):
             claimed_at=info.claimed_at,
             settled_at=info.settled_at,
             replayed=replayed,
+        )
+
+    @classmethod
+    def started(cls, task: CeleryTask) -> TaskResource:
+        """A task this process has just started (not replayed): what its record holds,
+        known from the start's reply."""
+        return cls(
+            id=task.id.value,
+            session_id=task.session_id.value,
+            state=TaskState.STARTING,
+            outcome=None,
+            queued=task.queued,
+            cancel_requested=False,
+            created_at=task.created_at,
+            claimed_at=None,
+            settled_at=None,
+            replayed=False,
         )
 
 

@@ -220,9 +220,12 @@ async def start_task_streaming(
     event. A dropped stream resumes with ``GET /v1/tasks/{task_id}/events`` and the last
     event id received (``0-0`` for the ``task_created`` event)."""
     task = await _start(api, tenant, session_id, body, idempotency_key)
-    resource = TaskResource.of(
-        await api.harness.task_info(task.id.value, tenant=tenant), replayed=task.replayed
-    )
+    if task.replayed or task.created_at is None:
+        info = await api.harness.task_info(task.id.value, tenant=tenant)
+        resource = TaskResource.of(info, replayed=task.replayed)
+    else:
+        # Just started: the start's reply says all the record would (no round trip).
+        resource = TaskResource.started(task)
     created = ServerSentEvent(
         data=resource.model_dump_json(), event="task_created", id=FIRST_EVENT_ID
     ).encode()

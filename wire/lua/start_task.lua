@@ -4,7 +4,8 @@
 -- ARGV[1] task id, ARGV[2] input JSON, ARGV[3] task key prefix, ARGV[4] session id,
 -- ARGV[5] 'reject' | 'enqueue' (when the session is busy), ARGV[6] request fingerprint
 -- ('' without an idempotency key), ARGV[7] idempotency retention seconds
--- Returns {'ok'} | {'queued', position} | {'replay', task id} | {'reused', task id}
+-- Returns {'ok', created ms} | {'queued', created ms} | {'replay', task id}
+--         | {'reused', task id}
 --         | {'unknown'} | {'closed'} | {'unconfirmed', ref} | {'busy', task id}
 --         | {'outlived', task id}
 -- A replayed key answers before any other check: a retried request gets the task its
@@ -53,8 +54,9 @@ if waiting then
   -- frees the session promotes it (see promote() in the prelude).
   redis.call('HSET', KEYS[2], 'queued', '1')
   redis.call('HINCRBY', KEYS[7], 'queued', 1)
-  return {'queued', redis.call('RPUSH', KEYS[5], ARGV[1])}
+  redis.call('RPUSH', KEYS[5], ARGV[1])
+  return {'queued', now}
 end
 redis.call('HSET', KEYS[1], 'active', ARGV[1])
 redis.call('ZADD', KEYS[4], now, ARGV[1])
-return {'ok'}
+return {'ok', now}
