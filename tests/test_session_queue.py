@@ -7,6 +7,8 @@ call's input and counts overlapping calls of a session), and in the task records
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from itertools import pairwise
 
 import pytest
@@ -21,7 +23,7 @@ from agent_harness_protocol import (
     TextInput,
 )
 
-from harness import BusyPolicy, CeleryHarness, SessionBusyError
+from harness import BusyPolicy, CeleryHarness, CelerySession, CeleryTask, SessionBusyError
 from wire.keys import Keys
 from wire.settings import Settings
 from wire.store import RecordStore
@@ -36,6 +38,19 @@ def _request(text: str) -> TaskRequest:
     return TaskRequest(TextInput(text))
 
 
+@asynccontextmanager
+async def _running(
+    settings: Settings, boundary: ModelBoundary, text: str
+) -> AsyncIterator[tuple[CeleryHarness, CelerySession, CeleryTask]]:
+    """A harness, a session of it and its first task, whose model call is held."""
+    async with CeleryHarness(settings, run_metadata=boundary.run_metadata) as harness:
+        session = await harness.create_session(SessionSpec())
+        boundary.hold()
+        first = await session.start_task(_request(text))
+        await wait_for(lambda: boundary.in_flight() == 1)
+        yield harness, session, first
+
+
 def _inputs(boundary: ModelBoundary) -> list[str]:
     return [str(call["texts"][-1]) for call in boundary.calls()]  # type: ignore[index]
 
@@ -43,11 +58,7 @@ def _inputs(boundary: ModelBoundary) -> list[str]:
 async def test_queued_tasks_run_strictly_in_order_after_the_running_one(
     settings: Settings, boundary: ModelBoundary
 ) -> None:
-    async with CeleryHarness(settings, run_metadata=boundary.run_metadata) as harness:
-        session = await harness.create_session(SessionSpec())
-        boundary.hold()
-        first = await session.start_task(_request("queue-first"))
-        await wait_for(lambda: boundary.in_flight() == 1)
+    async with _running(settings, boundary, "queue-first") as (harness, session, first):
         second = await session.start_task(_request("queue-second"), if_busy=ENQUEUE)
         third = await session.start_task(_request("queue-third"), if_busy=ENQUEUE)
         assert (second.queued, third.queued, first.queued) == (True, True, False)
@@ -73,11 +84,7 @@ async def test_queued_tasks_run_strictly_in_order_after_the_running_one(
 async def test_a_busy_session_rejects_a_second_task_by_default(
     settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
 ) -> None:
-    async with CeleryHarness(settings, run_metadata=boundary.run_metadata) as harness:
-        session = await harness.create_session(SessionSpec())
-        boundary.hold()
-        first = await session.start_task(_request("reject-first"))
-        await wait_for(lambda: boundary.in_flight() == 1)
+    async with _running(settings, boundary, "reject-first") as (_, session, first):
         keys = Keys(settings.namespace)
         before = set(sync_redis.scan_iter(f"{keys.task_prefix()}*"))
         with pytest.raises(SessionBusyError) as raised:
@@ -92,11 +99,7 @@ async def test_a_busy_session_rejects_a_second_task_by_default(
 async def test_a_cancelled_queued_task_never_runs_and_the_next_one_does(
     settings: Settings, boundary: ModelBoundary
 ) -> None:
-    async with CeleryHarness(settings, run_metadata=boundary.run_metadata) as harness:
-        session = await harness.create_session(SessionSpec())
-        boundary.hold()
-        first = await session.start_task(_request("cancel-q-first"))
-        await wait_for(lambda: boundary.in_flight() == 1)
+    async with _running(settings, boundary, "cancel-q-first") as (_, session, first):
         doomed = await session.start_task(_request("cancel-q-doomed"), if_busy=ENQUEUE)
         last = await session.start_task(_request("cancel-q-last"), if_busy=ENQUEUE)
         await doomed.request_cancellation()
@@ -112,11 +115,7 @@ async def test_a_cancelled_queued_task_never_runs_and_the_next_one_does(
 async def test_cancelling_the_running_task_starts_the_queued_one(
     settings: Settings, boundary: ModelBoundary
 ) -> None:
-    async with CeleryHarness(settings, run_metadata=boundary.run_metadata) as harness:
-        session = await harness.create_session(SessionSpec())
-        boundary.hold()
-        first = await session.start_task(_request("cancel-r-first"))
-        await wait_for(lambda: boundary.in_flight() == 1)
+    async with _running(settings, boundary, "cancel-r-first") as (_, session, first):
         queued = await session.start_task(_request("cancel-r-queued"), if_busy=ENQUEUE)
         await first.request_cancellation()
         assert isinstance(await first.await_outcome(), Cancelled)
@@ -131,11 +130,7 @@ async def test_cancelling_the_running_task_starts_the_queued_one(
 async def test_releasing_a_session_cancels_its_queued_tasks_and_leaves_no_queue(
     settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
 ) -> None:
-    async with CeleryHarness(settings, run_metadata=boundary.run_metadata) as harness:
-        session = await harness.create_session(SessionSpec())
-        boundary.hold()
-        first = await session.start_task(_request("release-q-first"))
-        await wait_for(lambda: boundary.in_flight() == 1)
+    async with _running(settings, boundary, "release-q-first") as (_, session, first):
         queued = [
             await session.start_task(_request(f"release-q-{n}"), if_busy=ENQUEUE) for n in range(3)
         ]

@@ -20,6 +20,17 @@ class WorkerLossPolicy(StrEnum):
     """Settle it ``Unresolved(OBSERVATION_LOST)``: the lost run's effects are unknown."""
 
 
+def plain_seconds(value: object) -> object:
+    """A ``timedelta`` setting's raw value: ``AHP_LEASE_TTL=3`` (seconds) is accepted
+    besides ISO 8601 (``PT3S``); anything else is left to pydantic."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
 class Settings(BaseSettings):
     """Every knob of a deployment. Environment variables use the ``AHP_`` prefix
     (``REDIS_URL`` is accepted too); durations accept seconds or ISO 8601."""
@@ -115,13 +126,7 @@ class Settings(BaseSettings):
     )
     @classmethod
     def _plain_seconds(cls, value: object) -> object:
-        """Accept ``AHP_LEASE_TTL=3`` (seconds) besides ISO 8601 (``PT3S``)."""
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                return value
-        return value
+        return plain_seconds(value)
 
     @field_validator("namespace")
     @classmethod

@@ -16,6 +16,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from wire.keys import is_valid_id
+from wire.settings import plain_seconds
 
 MIB = 1024 * 1024
 
@@ -97,12 +98,7 @@ class ApiSettings(BaseSettings):
     @field_validator("max_wait", "webhook_first_delay", "webhook_timeout", mode="before")
     @classmethod
     def _plain_seconds(cls, value: object) -> object:
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                return value
-        return value
+        return plain_seconds(value)
 
     @field_validator("webhook_hosts", mode="before")
     @classmethod
