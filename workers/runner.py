@@ -250,37 +250,101 @@ class TaskRunner:
             graph = await self._graphs.graph(profile)
         except Exception as error:
             return _failed(task, error)
-        translator = TurnTranslator(
-            task,
-            sink,
-            session_usage,
-            diagnostics=spec.requirements.diagnostics is DiagnosticsRequirement.REQUIRED,
-            usage_known=not resumed,
-        )
         metadata = {**labels, "ahp_task_id": live.task_id, "ahp_session_id": session_id}
         self._graphs.calls.guard(live.task_id, lambda: self._cancel_gate(live))
-        execution = asyncio.create_task(
-            run_turn(
-                graph,
-                translator,
-                self._store.keys.thread_id(session_id),
-                text,
-                spec.instructions,
-                metadata,
-                resumed=resumed,
-                lease=lease,
-            )
-        )
+        interruptions = 0
         try:
-            return await self._supervise(task, live, profile, execution, resumed)
-        except asyncio.CancelledError:
-            # The worker is stopping mid-run: end the graph run before handing it back.
-            execution.cancel()
-            await asyncio.wait({execution}, timeout=self._settings.cleanup_per_task.total_seconds())
-            live.handed_back = execution.done()
-            raise
+            while True:
+                translator = TurnTranslator(
+                    task,
+                    sink,
+                    session_usage,
+                    diagnostics=spec.requirements.diagnostics is DiagnosticsRequirement.REQUIRED,
+                    usage_known=not resumed,
+                )
+                execution = asyncio.create_task(
+                    run_turn(
+                        graph,
+                        translator,
+                        self._store.keys.thread_id(session_id),
+                        text,
+                        spec.instructions,
+                        metadata,
+                        resumed=resumed,
+                        lease=lease,
+                    )
+                )
+                try:
+                    outcome = await self._supervise(task, live, profile, execution, resumed)
+                except asyncio.CancelledError:
+                    # The worker is stopping mid-run: end the graph run before handing it
+                    # back.
+                    execution.cancel()
+                    await asyncio.wait(
+                        {execution}, timeout=self._settings.cleanup_per_task.total_seconds()
+                    )
+                    live.handed_back = execution.done()
+                    raise
+                if not _interrupted_by_redis(execution) or interruptions >= _TURN_RESUMES:
+                    return outcome
+                interruptions += 1
+                if await self._resume_after_redis(live, lease, sink, execution):
+                    resumed = True
+                    continue
+                if lease.lost.is_set():
+                    return None  # the new holder settles
+                if await self._cancel_known(live):
+                    # The run has ended (its turn failed): cancellation is observed.
+                    started = resumed or self._graphs.calls.started(live.task_id)
+                    return Cancelled(task, usage=AgentUsage.UNKNOWN if started else AgentUsage.ZERO)
+                return outcome
         finally:
             self._graphs.calls.forget(live.task_id)
+
+    async def _cancel_known(self, live: LiveRun) -> bool:
+        """Whether cancellation was requested, as far as can be known now (the durable
+        flag is read when Redis answers)."""
+        if live.cancel_requested.is_set():
+            return True
+        try:
+            return await self._store.cancel_recorded(live.task_id)
+        except CONNECTION_ERRORS:
+            return False
+
+    async def _resume_after_redis(
+        self, live: LiveRun, lease: SessionLease, sink: EventSink, execution: asyncio.Task[Any]
+    ) -> bool:
+        """The turn failed because Redis could not be reached (a restart, a reset
+        connection): wait for Redis while the lease may still be ours, then say so in a
+        recoverable warning. Whether the turn may run again from the session's last
+        checkpoint, as a resumed run on another worker would."""
+        error = execution.exception()
+        outage = Outage(
+            f"task {live.task_id}: Redis lost mid-turn", window=self._settings.lease_ttl, logger=log
+        )
+        while True:
+            if lease.lost.is_set() or live.cancel_requested.is_set():
+                return False
+            try:
+                await self._store.redis.ping()
+                break
+            except CONNECTION_ERRORS as ping_error:
+                if outage.exhausted():
+                    return False
+                await outage.back_off(ping_error)
+        if lease.lost.is_set() or await self._cancel_known(live):
+            return False
+        tag, payload = event_to_entry(
+            Warning(
+                TaskId(live.task_id),
+                WarningKind.RECOVERABLE,
+                f"the turn lost its Redis connection ({type(error).__name__}: {error}); "
+                "resuming from the session's last checkpoint; output streamed before is "
+                "superseded and usage is unknown",
+            )
+        )
+        sink.emit(SEMANTIC, tag, payload)
+        return True
 
     def _profile_for(self, session: Mapping[str, str]) -> AgentProfile:
         name = session.get(SessionField.PROFILE, "")
@@ -492,6 +556,20 @@ async def _first_of(*events: asyncio.Event) -> None:
 
 def _failed(task: TaskId, error: BaseException) -> Failed:
     return Failed(task, FailureKind.UNKNOWN, str(error) or type(error).__name__, error)
+
+
+_TURN_RESUMES = 3
+"""How many times one delivery runs its turn again after Redis was lost mid-turn; a
+Redis that keeps failing the turn after that ends it ``Failed``, with the error."""
+
+
+def _interrupted_by_redis(execution: asyncio.Task[Any]) -> bool:
+    """Whether the turn ended with an error saying Redis could not be reached."""
+    return (
+        execution.done()
+        and not execution.cancelled()
+        and isinstance(execution.exception(), CONNECTION_ERRORS)
+    )
 
 
 def _settled_result(
