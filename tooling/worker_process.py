@@ -41,6 +41,7 @@ __all__ = [
     "Pool",
     "WorkerProcess",
     "WorkerProcessError",
+    "child_environment",
     "process_group_alive",
     "settings_environment",
 ]
@@ -116,6 +117,21 @@ def _destroy(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def child_environment(settings: Settings) -> dict[str, str]:
+    """This process's environment with ``settings`` in it (unset fields removed) and the
+    project on ``PYTHONPATH``: what a child process of the deployment (a worker, Flower)
+    starts with."""
+    env = dict(os.environ)
+    for key, value in settings_environment(settings).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    paths = [str(PROJECT_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
 class WorkerProcess:
     """One ``celery worker`` OS process serving ``settings.queue``; a context manager.
 
@@ -168,14 +184,7 @@ class WorkerProcess:
 
     def environment(self) -> dict[str, str]:
         """The child's complete environment."""
-        env = dict(os.environ)
-        for key, value in settings_environment(self.settings).items():
-            if value is None:
-                env.pop(key, None)
-            else:
-                env[key] = value
-        paths = [str(PROJECT_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        env = child_environment(self.settings)
         env["PYTHONUNBUFFERED"] = "1"
         env.update(self._extra_env)
         return env

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from tooling.worker_process import PROJECT_ROOT, settings_environment
+from tooling.worker_process import PROJECT_ROOT, child_environment
 from wire.settings import Settings
 
 
@@ -50,16 +50,9 @@ class FlowerProcess:
         ]  # fmt: skip
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        for key, value in settings_environment(self.settings).items():
-            if value is None:
-                env.pop(key, None)
-            else:
-                env[key] = value
+        env = child_environment(self.settings)
         env.pop("FLOWER_UNAUTHENTICATED_API", None)
         env["FLOWER_BASIC_AUTH"] = ":".join(self.auth)
-        paths = [str(PROJECT_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
