@@ -55,6 +55,7 @@ if str(ROOT) not in sys.path:
 
 import aiohttp  # noqa: E402
 import httpx  # noqa: E402
+import redis  # noqa: E402
 from agent_harness_protocol import Completed, SessionSpec, TaskRequest, TextInput  # noqa: E402
 
 from bench.latency_throughput import _proc_cpu, machine_busy, tree_cpu  # noqa: E402
@@ -219,10 +220,24 @@ class Throughput:
     cpu_ms: dict[str, float]
     """CPU milliseconds per task, by process group (this process, the API, the workers,
     Redis), and what every other process of the machine used meanwhile."""
+    redis_calls: dict[str, float]
+    """Redis commands per task, by command (``INFO commandstats``), the busiest first."""
+
+
+def command_calls(redis_url: str) -> Counter[str]:
+    """Calls of every Redis command so far (``INFO commandstats``)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return Counter(
+        {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+    )
 
 
 async def scenario_throughput(
-    path: Path_, plan: Plan, groups: dict[str, list[int]]
+    path: Path_, plan: Plan, groups: dict[str, list[int]], redis_url: str
 ) -> tuple[Throughput, Tally]:
     tally = Tally()
     sessions = [await path.session() for _ in range(plan.sessions)]
@@ -235,6 +250,7 @@ async def scenario_throughput(
         # This process is the parent of every other group: count it alone.
         return _proc_cpu(pids[0]) if name == "bench" else tree_cpu(pids)
 
+    calls_before = command_calls(redis_url)
     cpu_before = {name: used(name, pids) for name, pids in groups.items()}
     busy_before = machine_busy()
     started = time.perf_counter()
@@ -245,9 +261,13 @@ async def scenario_throughput(
         name: (used(name, pids) - cpu_before[name]) * 1000 / tasks for name, pids in groups.items()
     }
     cpu["other"] = max(0.0, (machine_busy() - busy_before) * 1000 / tasks - sum(cpu.values()))
+    calls = command_calls(redis_url)
+    calls.subtract(calls_before)
+    calls["info"] -= 1  # the reading itself
+    per_task = {name: n / tasks for name, n in calls.most_common() if n > 0}
     for session_id in sessions:
         await path.release(session_id)
-    return Throughput(tasks / elapsed, cpu), tally
+    return Throughput(tasks / elapsed, cpu, per_task), tally
 
 
 FAILURES: list[str] = []
@@ -324,7 +344,15 @@ def _env(settings: Settings) -> dict[str, str]:
     return env
 
 
-async def run(plan: Plan, log_dir: Path) -> int:
+def _print_round(name: str, result: Throughput) -> None:
+    cpu = "  ".join(f"{group} {ms:4.1f}" for group, ms in result.cpu_ms.items())
+    calls = "  ".join(f"{command} {n:.1f}" for command, n in result.redis_calls.items())
+    total = sum(result.redis_calls.values())
+    print(f"  round {name:12} {result.rate:7.1f} tasks/s   CPU ms/task: {cpu}", flush=True)
+    print(f"        Redis commands/task {total:.1f}: {calls}", flush=True)
+
+
+async def run(plan: Plan, log_dir: Path, show_rounds: bool = False) -> int:
     with EmbeddedRedis() as redis_server:
         settings = Settings(
             redis_url=redis_server.url,
@@ -369,8 +397,10 @@ async def run(plan: Plan, log_dir: Path) -> int:
                 }
                 throughput: dict[str, Throughput] = {}
                 for path in (direct, stream, wait, direct, stream, wait):
-                    result, tally = await scenario_throughput(path, plan, groups)
+                    result, tally = await scenario_throughput(path, plan, groups, redis_server.url)
                     _report_failures("throughput", {path.name: tally})
+                    if show_rounds:
+                        _print_round(path.name, result)
                     best = throughput.get(path.name)
                     if best is None or result.rate > best.rate:
                         throughput[path.name] = result
@@ -425,9 +455,14 @@ def _print(latency: dict[str, list[float]], throughput: dict[str, Throughput], p
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--quick", action="store_true", help="a short run (smoke test)")
+    parser.add_argument(
+        "--rounds",
+        action="store_true",
+        help="print every throughput round: CPU by process group and Redis commands by name",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-http-") as logs:
-        return asyncio.run(run(Plan.of(args.quick), Path(logs)))
+        return asyncio.run(run(Plan.of(args.quick), Path(logs), args.rounds))
 
 
 if __name__ == "__main__":
