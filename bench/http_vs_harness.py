@@ -58,7 +58,7 @@ import httpx  # noqa: E402
 import redis  # noqa: E402
 from agent_harness_protocol import Completed, SessionSpec, TaskRequest, TextInput  # noqa: E402
 
-from bench.latency_throughput import _proc_cpu, machine_busy, tree_cpu  # noqa: E402
+from bench.latency_throughput import _children, _proc_cpu, machine_busy, tree_cpu  # noqa: E402
 from harness import CeleryHarness, CelerySession  # noqa: E402
 from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
 from tooling.worker_process import WorkerProcess  # noqa: E402
@@ -222,6 +222,28 @@ class Throughput:
     Redis), and what every other process of the machine used meanwhile."""
     redis_calls: dict[str, float]
     """Redis commands per task, by command (``INFO commandstats``), the busiest first."""
+    switches: dict[str, float]
+    """Involuntary context switches per task, by process group: preemptions, a measure
+    of how much the processes fought over the cores."""
+
+
+def preemptions(pids: Sequence[int], *, descendants: bool = True) -> int:
+    """Involuntary context switches of ``pids`` (and their descendants), all threads."""
+    total, seen, stack = 0, set(), list(pids)
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        with contextlib.suppress(OSError, ValueError):
+            for thread in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{thread}/status") as status:
+                    for line in status:
+                        if line.startswith("nonvoluntary_ctxt_switches:"):
+                            total += int(line.split()[1])
+        if descendants:
+            stack.extend(_children(pid))
+    return total
 
 
 def command_calls(redis_url: str) -> Counter[str]:
@@ -252,6 +274,11 @@ async def scenario_throughput(
 
     calls_before = command_calls(redis_url)
     cpu_before = {name: used(name, pids) for name, pids in groups.items()}
+
+    def preempted(name: str, pids: list[int]) -> int:
+        return preemptions(pids, descendants=name != "bench")
+
+    switches_before = {name: preempted(name, pids) for name, pids in groups.items()}
     busy_before = machine_busy()
     started = time.perf_counter()
     await asyncio.gather(*(chain(session_id) for session_id in sessions))
@@ -261,13 +288,17 @@ async def scenario_throughput(
         name: (used(name, pids) - cpu_before[name]) * 1000 / tasks for name, pids in groups.items()
     }
     cpu["other"] = max(0.0, (machine_busy() - busy_before) * 1000 / tasks - sum(cpu.values()))
+    switches = {
+        name: (preempted(name, pids) - switches_before[name]) / tasks
+        for name, pids in groups.items()
+    }
     calls = command_calls(redis_url)
     calls.subtract(calls_before)
     calls["info"] -= 1  # the reading itself
     per_task = {name: n / tasks for name, n in calls.most_common() if n > 0}
     for session_id in sessions:
         await path.release(session_id)
-    return Throughput(tasks / elapsed, cpu, per_task), tally
+    return Throughput(tasks / elapsed, cpu, per_task, switches), tally
 
 
 FAILURES: list[str] = []
@@ -348,7 +379,9 @@ def _print_round(name: str, result: Throughput) -> None:
     cpu = "  ".join(f"{group} {ms:4.1f}" for group, ms in result.cpu_ms.items())
     calls = "  ".join(f"{command} {n:.1f}" for command, n in result.redis_calls.items())
     total = sum(result.redis_calls.values())
+    switches = "  ".join(f"{group} {n:.1f}" for group, n in result.switches.items())
     print(f"  round {name:12} {result.rate:7.1f} tasks/s   CPU ms/task: {cpu}", flush=True)
+    print(f"        preemptions/task: {switches}", flush=True)
     print(f"        Redis commands/task {total:.1f}: {calls}", flush=True)
 
 
