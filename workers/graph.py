@@ -78,10 +78,13 @@ class AgentGraph:
         """``steering``: middleware placed between the instructions and the safeguards
         (task pipelines)."""
         self.has_tools = bool(tools)
+        # A model-only turn is one model call: only a token budget can bound it. Without
+        # one, the safeguard hooks (two graph nodes per call) are left out.
+        guarded = bool(tools) or bool(steering) or profile.safeguards.token_budget is not None
         middleware: list[AgentMiddleware[Any, Any, Any]] = [
             RunInstructions(),
             *steering,
-            SafeguardMiddleware(profile.safeguards),
+            *([SafeguardMiddleware(profile.safeguards)] if guarded else []),
             ToolGuard(
                 calls, {spec.name: spec for spec in profile.tools}, approvals or ApprovalRoute()
             ),
