@@ -43,6 +43,8 @@ _ALL = [
         reply="stream-complete",
     ),
     _profile("lifecycle", cancellation=UNCONFIRMED, scripted=True, ignore_cancellation=True),
+    # Each task's model calls follow that task's own script (``ModelBoundary.script``).
+    _profile("scripted", scripted=True),
     _profile("metered", input_tokens=7, output_tokens=3),
     # Each run's answer names its worker process: a stale run's answer is recognisable.
     _profile("tagged", reply_tagged=True),
