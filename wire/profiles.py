@@ -23,6 +23,7 @@ from agent_harness_protocol import ContextRetentionDisposition, UserHistoryVisib
 
 from .errors import ProfileError
 from .keys import require_valid_id
+from .pipelines import Pipeline
 
 JsonValue = str | int | float | bool | None
 
@@ -69,6 +70,8 @@ class AgentProfile:
     retention: ContextRetentionDisposition = ContextRetentionDisposition.UNKNOWN
     history_visibility: UserHistoryVisibility = UserHistoryVisibility.UNKNOWN
     description: str = ""
+    pipeline: Pipeline | None = None
+    """An ordered task pipeline (seed 002) the agent works through; see wire/pipelines.py."""
 
     def __post_init__(self) -> None:
         require_valid_id("profile", self.name)
@@ -81,6 +84,7 @@ class AgentProfile:
             "cancellation": self.cancellation.value,
             "retention": self.retention.value,
             "history_visibility": self.history_visibility.value,
+            "pipeline": None if self.pipeline is None else self.pipeline.to_json(),
         }
 
     @property
