@@ -89,7 +89,8 @@ class Pipeline:
 
     steps: tuple[PipelineStep, ...]
     global_tools: tuple[str, ...] = ()
-    """Tools (names of the profile's tools) visible in every step."""
+    """Tools (names of the profile's tools) visible in every step. A profile tool that no
+    step names is visible in every step too."""
     enforce_order: bool = True
     max_nudges: int = 3
     """How many times per task an agent that tries to finish with a required step
