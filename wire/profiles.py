@@ -77,15 +77,18 @@ class AgentProfile:
         require_valid_id("profile", self.name)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "name": self.name,
             "model": {"target": self.model.target, "options": dict(self.model.options)},
             "model_id": self.model_id,
             "cancellation": self.cancellation.value,
             "retention": self.retention.value,
             "history_visibility": self.history_visibility.value,
-            "pipeline": None if self.pipeline is None else self.pipeline.to_json(),
         }
+        # Omitted when absent, so a profile without one keeps the digest it had.
+        if self.pipeline is not None:
+            data["pipeline"] = self.pipeline.to_json()
+        return data
 
     @property
     def digest(self) -> str:
