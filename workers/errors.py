@@ -12,6 +12,7 @@ WorkerError (RuntimeError)
 ├── ProfileMismatchError   the caller's profile declaration differs from this worker's
 │                          (``profile``: its name)
 ├── ModelBuildError        the profile's chat model could not be built
+├── ToolBuildError         a tool the profile declares could not be built
 └── RedisModulesMissingError the checkpoint Redis lacks the Query Engine or JSON
 """
 
@@ -86,6 +87,10 @@ class ProfileMismatchError(WorkerError):
 
 class ModelBuildError(WorkerError):
     """The chat model named by a profile could not be imported or constructed."""
+
+
+class ToolBuildError(WorkerError):
+    """A tool named by a profile could not be imported or wrapped."""
 
 
 class RedisModulesMissingError(WorkerError):

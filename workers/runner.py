@@ -16,6 +16,7 @@ from agent_harness_protocol import (
     DiagnosticsRequirement,
     Failed,
     FailureKind,
+    StopReason,
     TaskId,
     TaskOutcome,
     TaskState,
@@ -54,10 +55,11 @@ from .errors import (
     StaleLeaseError,
 )
 from .event_sink import EventSink
-from .graph import ModelCalls, ModelGraph
+from .graph import AgentGraph, ModelCalls
 from .lease import SessionLease
 from .loss import loss_policy
 from .pruning import CheckpointPruner
+from .stream_items import HaltReason
 from .structured import judged, system_prompt
 from .turn import TurnResult, TurnTranslator, run_turn
 
@@ -84,7 +86,7 @@ class GraphProvider:
 
     calls: ModelCalls
 
-    async def graph(self, profile: AgentProfile) -> ModelGraph:
+    async def graph(self, profile: AgentProfile) -> AgentGraph:
         raise NotImplementedError
 
 
@@ -268,6 +270,7 @@ class TaskRunner:
                     session_usage,
                     diagnostics=spec.requirements.diagnostics is DiagnosticsRequirement.REQUIRED,
                     usage_known=not resumed,
+                    tools=graph.has_tools,
                 )
                 execution = asyncio.create_task(
                     run_turn(
@@ -282,7 +285,9 @@ class TaskRunner:
                     )
                 )
                 try:
-                    outcome = await self._supervise(task, live, profile, execution, resumed)
+                    outcome = await self._supervise(
+                        task, live, profile, execution, resumed, translator
+                    )
                     if schema is not None:
                         outcome = judged(outcome, schema, sink)
                 except asyncio.CancelledError:
@@ -393,6 +398,7 @@ class TaskRunner:
         profile: AgentProfile,
         execution: asyncio.Task[TurnResult],
         resumed: bool,
+        translator: TurnTranslator,
     ) -> TaskOutcome | None:
         stop = asyncio.create_task(_first_of(live.cancel_requested, live.lease_lost))
         try:
@@ -401,7 +407,7 @@ class TaskRunner:
             stop.cancel()
         model_started = self._graphs.calls.started(live.task_id)
         if execution.done():
-            return _settled_result(task, execution, profile, model_started, resumed)
+            return _settled_result(task, execution, profile, model_started, resumed, translator)
         # Deliver one cancellation: to the model call if one is running, else to the run.
         delivered = self._graphs.calls.cancel(live.task_id)
         if live.lease_lost.is_set() or not delivered:
@@ -412,7 +418,12 @@ class TaskRunner:
             return None
         if execution.done():
             return _settled_result(
-                task, execution, profile, self._graphs.calls.started(live.task_id), resumed
+                task,
+                execution,
+                profile,
+                self._graphs.calls.started(live.task_id),
+                resumed,
+                translator,
             )
         raise _OutlivedBudget(
             Unresolved(
@@ -587,10 +598,14 @@ def _settled_result(
     profile: AgentProfile,
     model_started: bool,
     resumed: bool,
+    translator: TurnTranslator,
 ) -> TaskOutcome | None:
-    cancelled = execution.cancelled() or isinstance(
-        execution.exception(), ModelCallCancelledError | RunCancelledError
-    )
+    if not execution.cancelled() and isinstance(execution.exception(), RunCancelledError):
+        # Stopped at a step boundary (before a model call or a tool's effect): no model
+        # call was in flight, nothing can still be running. Usage: what the turn measured
+        # (zero if it called no model; unknown if a lost run may have).
+        return Cancelled(task, usage=translator.usage)
+    cancelled = execution.cancelled() or isinstance(execution.exception(), ModelCallCancelledError)
     if cancelled:
         if not model_started:
             # This run never invoked the model: nothing can still be running. A resumed
@@ -612,8 +627,25 @@ def _settled_result(
     if error is not None:
         return _failed(task, error)
     result = execution.result()
+    if result.halt is not None:
+        partial = None if result.text is None else TextOutput(result.text, complete=False)
+        if result.halt.reason is HaltReason.BUDGET_EXCEEDED:
+            return Failed(
+                task,
+                FailureKind.BUDGET_EXCEEDED,
+                result.halt.detail,
+                output=partial,
+                usage=result.usage,
+            )
+        return Completed(task, _HALT_STOP[result.halt.reason], partial, result.usage)
     output = None if result.text is None else TextOutput(result.text)
     return Completed(task, result.stop_reason, output, result.usage)
+
+
+_HALT_STOP = {
+    HaltReason.ITERATION_LIMIT: StopReason.ITERATION_LIMIT,
+    HaltReason.LOOP_DETECTED: StopReason.LOOP_DETECTED,
+}
 
 
 __all__ = ["GraphProvider", "LiveRun", "TaskRunner", "ThreadDeleter"]

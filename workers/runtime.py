@@ -31,13 +31,14 @@ from wire.store import RecordStore
 from .checkpoints import FencedRedisSaver
 from .control import CancelListener, MaintenanceConsumer
 from .errors import FencingUnavailableError, RedisModulesMissingError, RuntimeStoppedError
-from .graph import ModelCalls, ModelGraph
+from .graph import AgentGraph, ModelCalls
 from .import_cache import fail_fast_if_missing
 from .models import build_model
 from .pruning import CheckpointPruner
 from .run_summary import RunSummary, read_summary
 from .runner import GraphProvider, LiveRun, TaskRunner, ThreadDeleter
 from .sweeper import LeaseSweeper
+from .tools import build_tools
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -57,13 +58,19 @@ def _pool(url: str, settings: Settings, *, decode: bool) -> BlockingConnectionPo
 class _Graphs(GraphProvider):
     def __init__(self, saver: FencedRedisSaver) -> None:
         self._saver = saver
-        self._graphs: dict[str, ModelGraph] = {}
+        self._graphs: dict[str, AgentGraph] = {}
         self.calls = ModelCalls()
 
-    async def graph(self, profile: AgentProfile) -> ModelGraph:
+    async def graph(self, profile: AgentProfile) -> AgentGraph:
         graph = self._graphs.get(profile.digest)
         if graph is None:
-            graph = ModelGraph(build_model(profile.model), self._saver, self.calls)
+            graph = AgentGraph(
+                build_model(profile.model),
+                build_tools(profile.tools),
+                profile,
+                self._saver,
+                self.calls,
+            )
             self._graphs[profile.digest] = graph
         return graph
 
@@ -197,7 +204,7 @@ class WorkerRuntime:
     ):
         """``republish(task_id, session_id)`` publishes a run message again (from a worker
         thread); without it this process does not sweep for lost tasks."""
-        fail_fast_if_missing("langchain")
+        fail_fast_if_missing("langchain.schema")
         self.settings = settings
         self._republish = republish
         self.profiles = profiles if profiles is not None else load_profiles(settings.profiles)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 from uuid import uuid4
 
 from redis import Redis
@@ -24,6 +25,7 @@ from .controlled_model import (
     scope_script_key,
     script_key,
 )
+from .tools import EFFECTS
 
 
 class ModelBoundary:
@@ -41,10 +43,12 @@ class ModelBoundary:
         self._redis = redis
         self.scope = uuid4().hex
         self._strict = False
-        for key in self._redis.scan_iter(PREFIX + "script:*"):
-            self._redis.delete(key)
+        for pattern in ("script:*", "cursor:*"):
+            for key in self._redis.scan_iter(PREFIX + pattern):
+                self._redis.delete(key)
         self._redis.delete(HELD, ABORT)
         self._start = int(self._redis.llen(CALLS))
+        self._effects_start = int(self._redis.llen(EFFECTS))
         self._cancellations_at_start = self.cancellations_total()
         self._overlaps_at_start = int(self._redis.get(OVERLAPS) or 0)
 
@@ -80,6 +84,17 @@ class ModelBoundary:
 
     def in_flight(self) -> int:
         return len(live_members(set(self._redis.smembers(IN_FLIGHT))))
+
+    def effects(self) -> list[dict[str, Any]]:
+        """The tool effects this boundary's sessions performed, as recorded by the tools
+        in the worker (``tests.support.tools``)."""
+        raw = self._redis.lrange(EFFECTS, self._effects_start, -1)
+        effects = [json.loads(item) for item in raw]
+        accepted = {self.scope} if self._strict else {self.scope, ""}
+        return [effect for effect in effects if effect.get("scope", "") in accepted]
+
+    def effects_for(self, task_id: str) -> list[dict[str, Any]]:
+        return [effect for effect in self.effects() if effect["task"] == task_id]
 
     def cancellations_total(self) -> int:
         return int(self._redis.get(CANCELLATIONS) or 0)
