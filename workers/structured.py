@@ -44,9 +44,13 @@ def judged(
 ) -> TaskOutcome | None:
     """``outcome`` with a completed text answer replaced by its judged structured output.
 
-    Other outcomes are left as they are: an answer cut short by cancellation or failure
-    is a fragment, reported as incomplete text, not as a document."""
-    if not isinstance(outcome, Completed) or not isinstance(outcome.output, TextOutput):
+    Other outcomes are left as they are: an answer cut short (by cancellation, a failure
+    or a safeguard) is a fragment, reported as incomplete text, not as a document."""
+    if (
+        not isinstance(outcome, Completed)
+        or not isinstance(outcome.output, TextOutput)
+        or not outcome.output.complete
+    ):
         return outcome
     judgment = judge_answer(schema, outcome.output.text)
     if judgment.validation is not SchemaValidation.VALID:
@@ -63,7 +67,7 @@ def judged(
             )
         )
         sink.emit(SEMANTIC, tag, payload)
-    output = StructuredOutput(judgment.json, judgment.validation, outcome.output.complete)
+    output = StructuredOutput(judgment.json, judgment.validation)
     return replace(outcome, output=output)
 
 
