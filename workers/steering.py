@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NotRequired, cast
 
-from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain_core.messages import BaseMessage
 from langchain_core.tools import BaseTool
 from langchain_task_steering import Task, TaskMiddleware, TaskSteeringMiddleware
@@ -46,8 +46,12 @@ from langgraph.runtime import Runtime
 from wire.errors import ProfileError
 from wire.pipelines import Pipeline, PipelineStep, StepStatus
 
-TASK_ID = "ahp_task_id"
-"""Run metadata naming the AHP task (set by the runner; ``workers.graph.TASK_ID``)."""
+from .middleware import TASK_ID
+from .safeguards import halt_in
+
+
+def _task_id() -> str:
+    return str(get_config().get("metadata", {}).get(TASK_ID, ""))
 
 
 class PipelineState(_LibraryState):
@@ -135,7 +139,7 @@ class PipelineSteering(TaskSteeringMiddleware):
         self.state_schema = PipelineState
 
     def before_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        task = str(get_config().get("metadata", {}).get(TASK_ID, ""))
+        task = _task_id()
         if state.get("pipeline_task") != task:
             return {
                 "pipeline_task": task,
@@ -148,6 +152,19 @@ class PipelineSteering(TaskSteeringMiddleware):
 
     async def abefore_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)
+
+    @hook_config(can_jump_to=["model"])
+    def after_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Nudge as the library does, unless a safeguard halted the run: a halt is final
+        (a nudge would send a halted agent back to the model)."""
+        if halt_in(state, _task_id()) is not None:
+            return None
+        updates: dict[str, Any] | None = super().after_agent(state, runtime)
+        return updates
+
+    @hook_config(can_jump_to=["model"])
+    async def aafter_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self.after_agent(state, runtime)
 
 
 def pipeline_middleware(
