@@ -7,9 +7,13 @@ import pytest
 
 from wire.errors import ProfileError
 from wire.pipelines import STATUS_TOOL, Pipeline, PipelineStep
-from wire.profiles import AgentProfile, ModelSpec
+from wire.profiles import AgentProfile, ModelSpec, ToolSpec
 
 MODEL = ModelSpec("tests.support.controlled_model:ControlledChatModel")
+TOOLS = tuple(
+    ToolSpec(name, f"tests.support.tools:{name}", f"The {name} tool.")
+    for name in ("add_items", "flag", "lookup")
+)
 
 
 def _pipeline(**overrides: object) -> Pipeline:
@@ -74,13 +78,18 @@ def test_an_unusable_step_is_refused(arguments: dict[str, object], message: str)
         PipelineStep(**arguments)  # type: ignore[arg-type]
 
 
+def test_a_profile_refuses_a_pipeline_naming_tools_it_does_not_declare() -> None:
+    with pytest.raises(ProfileError, match="does not declare: flag, lookup"):
+        AgentProfile("p", MODEL, tools=TOOLS[:1], pipeline=_pipeline())
+
+
 def test_the_profile_digest_covers_the_pipeline() -> None:
-    plain = AgentProfile("p", MODEL)
-    piped = AgentProfile("p", MODEL, pipeline=_pipeline())
+    plain = AgentProfile("p", MODEL, tools=TOOLS)
+    piped = AgentProfile("p", MODEL, tools=TOOLS, pipeline=_pipeline())
     reordered = AgentProfile(
-        "p", MODEL, pipeline=_pipeline(steps=tuple(reversed(_pipeline().steps)))
+        "p", MODEL, tools=TOOLS, pipeline=_pipeline(steps=tuple(reversed(_pipeline().steps)))
     )
-    fewer_nudges = AgentProfile("p", MODEL, pipeline=_pipeline(max_nudges=1))
+    fewer_nudges = AgentProfile("p", MODEL, tools=TOOLS, pipeline=_pipeline(max_nudges=1))
     digests = {p.digest for p in (plain, piped, reordered, fewer_nudges)}
     assert len(digests) == 4
     assert piped.to_json()["pipeline"] == _pipeline().to_json()
