@@ -27,6 +27,7 @@ from agent_harness_protocol import (
     TaskRequest,
     TextInput,
     TextOutput,
+    Warning,
 )
 
 from harness import CeleryHarness
@@ -168,10 +169,14 @@ async def test_required_steps_are_nudged_up_to_the_limit_then_the_agent_may_fini
         for round_ in ("first", "second"):
             # Each task of the session runs the pipeline from its first step.
             task = await session.start_task(TaskRequest(TextInput(f"{round_} task")))
+            events = task.events()
             for index in range(4):
                 boundary.script(task.id.value, _answer(f"{round_} done {index}"))
             outcome = await asyncio.wait_for(task.await_outcome(), 60)
             assert isinstance(outcome, Completed)
+            # The caller is told that the agent finished with required steps incomplete.
+            (warning,) = [event async for event in events if isinstance(event, Warning)]
+            assert "required pipeline steps incomplete (collect, categorize)" in warning.message
             assert outcome.output == TextOutput(f"{round_} done 2")
             calls = boundary.calls_for(task.id.value)
             # Two nudges (the profile's max_nudges), then the agent was let go: a fourth

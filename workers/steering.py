@@ -48,6 +48,7 @@ from wire.pipelines import Pipeline, PipelineStep, StepStatus
 
 from .middleware import TASK_ID
 from .safeguards import halt_in
+from .stream_items import report_notice
 
 
 def _task_id() -> str:
@@ -135,6 +136,7 @@ class PipelineSteering(TaskSteeringMiddleware):
             max_nudges=pipeline.max_nudges,
         )
         self._step_names = [step.name for step in pipeline.steps]
+        self._required = list(pipeline.required_steps)
         # Keep the library's merged schema's fields, and add ours.
         self.state_schema = PipelineState
 
@@ -160,7 +162,20 @@ class PipelineSteering(TaskSteeringMiddleware):
         if halt_in(state, _task_id()) is not None:
             return None
         updates: dict[str, Any] | None = super().after_agent(state, runtime)
+        if updates is None:
+            incomplete = self._incomplete(state)
+            if incomplete:
+                # Nudged as often as allowed: the agent may finish, and the caller is told.
+                report_notice(
+                    f"the agent finished with required pipeline steps incomplete "
+                    f"({', '.join(incomplete)}) after {self._max_nudges} nudge(s)"
+                )
         return updates
+
+    def _incomplete(self, state: Any) -> list[str]:
+        statuses = state.get("task_statuses") or {}
+        done = {StepStatus.COMPLETE.value, "aborted"}
+        return [name for name in self._required if statuses.get(name) not in done]
 
     @hook_config(can_jump_to=["model"])
     async def aafter_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
