@@ -15,6 +15,7 @@ import asyncio
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 from uuid import uuid4
@@ -27,7 +28,9 @@ from agent_harness_protocol import (
     TaskRequest,
     TextInput,
     TextOutput,
+    ToolCallChanged,
     Warning,
+    WorkStatus,
 )
 
 from harness import CeleryHarness
@@ -65,16 +68,33 @@ def _effects(boundary: ModelBoundary, task_id: str) -> list[tuple[str, str]]:
     return [(effect["tool"], effect["args"]["label"]) for effect in boundary.effects_for(task_id)]
 
 
+@dataclass(frozen=True, slots=True)
+class _Run:
+    outcome: Completed
+    calls: list[dict[str, object]]
+    """What the model received, call by call (recorded in the worker)."""
+    task_id: str
+    declined: list[tuple[str, str | None]]
+    """The tool calls the task's events reported DECLINED: (tool, refusal)."""
+
+
 async def _run(
     harness: CeleryHarness, boundary: ModelBoundary, script: list[dict[str, object]]
-) -> tuple[Completed, list[dict[str, object]], str]:
+) -> _Run:
+    """Run one task of the pipeline profile, its model following ``script``."""
     session = await harness.create_session(SessionSpec(instructions="AHP_PIPELINE"))
     task = await session.start_task(TaskRequest(TextInput("sort my items")))
+    events = task.events()
     for command in script:
         boundary.script(task.id.value, command)
     outcome = await asyncio.wait_for(task.await_outcome(), 60)
     assert isinstance(outcome, Completed), outcome
-    return outcome, boundary.calls_for(task.id.value), task.id.value
+    declined = [
+        (event.name, event.error)
+        async for event in events
+        if isinstance(event, ToolCallChanged) and event.status is WorkStatus.DECLINED
+    ]
+    return _Run(outcome, boundary.calls_for(task.id.value), task.id.value, declined)
 
 
 async def test_steps_run_in_order_each_with_its_own_tools(
@@ -93,7 +113,8 @@ async def test_steps_run_in_order_each_with_its_own_tools(
         _answer("sorted"),
     ]
     async with scoped_harness(settings, boundary, "pipeline") as harness:
-        outcome, calls, task_id = await _run(harness, boundary, script)
+        run = await _run(harness, boundary, script)
+    outcome, calls, task_id = run.outcome, run.calls, run.task_id
     assert outcome.output == TextOutput("sorted")
     assert len(calls) == len(script)
     # Call i answers with script[i]; it saw the results of script[:i].
@@ -109,6 +130,9 @@ async def test_steps_run_in_order_each_with_its_own_tools(
     assert ["STEP-CATEGORIZE" in text for text in system] == [False] * 7 + [True] * 2 + [False]
     # Only the calls in scope had an effect, where the tools ran.
     assert _effects(boundary, task_id) == [("record_effect", "apple"), ("record_category", "apple")]
+    # The refused calls were reported to the caller as declined, with the refusal.
+    assert [name for name, _ in run.declined] == ["record_category", "record_category"]
+    assert all("not available" in str(error) for _, error in run.declined)
 
 
 async def test_a_rejected_completion_is_returned_to_the_model_and_the_step_stays_open(
@@ -125,7 +149,8 @@ async def test_a_rejected_completion_is_returned_to_the_model_and_the_step_stays
         _answer("collected"),
     ]
     async with scoped_harness(settings, boundary, "pipeline") as harness:
-        outcome, calls, task_id = await _run(harness, boundary, script)
+        run = await _run(harness, boundary, script)
+    outcome, calls, task_id = run.outcome, run.calls, run.task_id
     assert outcome.output == TextOutput("collected")
     assert f"Cannot complete 'collect': {REJECTION}" in _texts(calls[2])[-1]
     assert "[>] collect (in_progress)" in _texts(calls[2])[0]
@@ -133,6 +158,8 @@ async def test_a_rejected_completion_is_returned_to_the_model_and_the_step_stays
     assert "Task 'collect' -> complete" in _texts(calls[5])[-1]
     assert "[x] collect (complete)" in _texts(calls[5])[0]
     assert _effects(boundary, task_id) == [("failing_tool", "pear"), ("record_effect", "pear")]
+    refusal = f"Cannot complete 'collect': {REJECTION}. Address the issues then try again."
+    assert run.declined == [(STATUS_TOOL, refusal)]
 
 
 async def test_a_safeguard_halt_is_final_the_pipeline_does_not_nudge_it(

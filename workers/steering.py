@@ -35,20 +35,23 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NotRequired, cast
 
+from agent_harness_protocol import WorkStatus
 from langchain.agents.middleware import AgentMiddleware, hook_config
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langchain_task_steering import Task, TaskMiddleware, TaskSteeringMiddleware
 from langchain_task_steering import TaskSteeringState as _LibraryState
 from langgraph.config import get_config
+from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
+from langgraph.types import Command
 
 from wire.errors import ProfileError
 from wire.pipelines import Pipeline, PipelineStep, StepStatus
 
-from .middleware import TASK_ID
+from .middleware import TASK_ID, ToolHandler
 from .safeguards import halt_in
-from .stream_items import report_notice
+from .stream_items import ToolChange, canonical_arguments, report_notice, report_tool_change
 
 
 def _task_id() -> str:
@@ -154,6 +157,34 @@ class PipelineSteering(TaskSteeringMiddleware):
 
     async def abefore_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)
+
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: ToolHandler
+    ) -> ToolMessage | Command[Any]:
+        """Steer as the library does; a call it answers without running the tool (outside
+        the active step, a second step started, a completion its validator rejects) is
+        reported ``DECLINED``, with the refusal the model gets."""
+        ran = False
+
+        async def tracked(inner: ToolCallRequest) -> ToolMessage | Command[Any]:
+            nonlocal ran
+            ran = True
+            return await handler(inner)
+
+        result: ToolMessage | Command[Any] = await super().awrap_tool_call(request, tracked)
+        if not ran and isinstance(result, ToolMessage):
+            call = request.tool_call
+            report_tool_change(
+                ToolChange(
+                    str(call.get("id") or ""),
+                    call["name"],
+                    WorkStatus.DECLINED,
+                    canonical_arguments(call.get("args", {})),
+                    None,
+                    result.text,
+                )
+            )
+        return result
 
     @hook_config(can_jump_to=["model"])
     def after_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
