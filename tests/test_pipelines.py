@@ -162,6 +162,25 @@ async def test_a_rejected_completion_is_returned_to_the_model_and_the_step_stays
     assert run.declined == [(STATUS_TOOL, refusal)]
 
 
+async def test_an_async_validator_is_awaited_in_the_worker(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    script = [
+        _status("collect", "in_progress"),
+        _tool("record_effect", "one"),
+        _status("collect", "complete"),  # refused: one item only
+        _tool("record_effect", "two"),
+        _status("collect", "complete"),
+        _answer("two collected"),
+    ]
+    async with scoped_harness(settings, boundary, "pipeline-async") as harness:
+        run = await _run(harness, boundary, script)
+    assert run.outcome.output == TextOutput("two collected")
+    refusal = "Cannot complete 'collect': only 1 item(s) recorded; record two"
+    assert refusal in _texts(run.calls[3])[-1]
+    assert "Task 'collect' -> complete" in _texts(run.calls[5])[-1]
+
+
 async def test_a_safeguard_halt_is_final_the_pipeline_does_not_nudge_it(
     settings: Settings, boundary: ModelBoundary
 ) -> None:

@@ -63,6 +63,17 @@ PIPELINE = Pipeline(
     ),
     max_nudges=2,
 )
+ASYNC_VALIDATED = Pipeline(
+    steps=(
+        PipelineStep(
+            "collect",
+            "STEP-COLLECT: record two items with record_effect.",
+            tools=("record_effect",),
+            validator="tests.support.steering:at_least_two_items",
+        ),
+    ),
+    max_nudges=0,
+)
 
 SEQUENCE_PLAN = json.dumps(
     [
@@ -130,6 +141,13 @@ _ALL = [
         "pipeline",
         tools=(RECORD_EFFECT, RECORD_CATEGORY, FAILING_TOOL),
         pipeline=PIPELINE,
+        scripted=True,
+    ),
+    # One step whose completion an async validator checks.
+    _profile(
+        "pipeline-async",
+        tools=(RECORD_EFFECT,),
+        pipeline=ASYNC_VALIDATED,
         scripted=True,
     ),
     _profile("metered", input_tokens=7, output_tokens=3),
