@@ -192,7 +192,7 @@ class LocalChatModel(BaseChatModel):
         grammar = None
         hint = None
         if call is not None:
-            from llama_cpp import LlamaGrammar
+            from llama_cpp.llama_grammar import LlamaGrammar
 
             function = call["function"]
             schema = function.get("parameters") or {"type": "object", "properties": {}}
