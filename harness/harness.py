@@ -46,6 +46,7 @@ from .errors import (
 )
 from .info import SessionInfo, TaskInfo, TaskMetrics, session_info, task_info
 from .redis_errors import reported
+from .responses import ResponderFactory
 from .runtime import CallerRuntime, PublisherFactory
 from .session import CelerySession
 from .task import CeleryTask
@@ -69,6 +70,9 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         profiles: The registry to resolve a profile name in (default: the settings').
         publisher_factory: Builds the publisher of run messages (default: Celery to the
             settings' broker). A seam for tests that must control delivery.
+        responder_factory: Builds the deliverer of responses to interactions (default:
+            the respond script on the settings' Redis). A seam for tests that must
+            control delivery.
         run_metadata: String labels stored with every session this harness creates and
             passed to each of its graph runs' LangChain config metadata (tracing tags,
             a test's scope). Keys starting with ``ahp_`` are reserved.
@@ -81,11 +85,13 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         profile: AgentProfile | str | None = None,
         profiles: Mapping[str, AgentProfile] | None = None,
         publisher_factory: PublisherFactory | None = None,
+        responder_factory: ResponderFactory | None = None,
         run_metadata: Mapping[str, str] | None = None,
     ) -> None:
         self._settings = settings if settings is not None else Settings()
         self._run_metadata = run_metadata_json(run_metadata or {})
         self._publisher_factory = publisher_factory
+        self._responder_factory = responder_factory
         if isinstance(profile, AgentProfile):
             self._profile = profile
         else:
@@ -129,7 +135,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
     def _open(self) -> CallerRuntime:
         if self._runtime is None:
             self._runtime = CallerRuntime.open(
-                self._settings, self._profile, self._publisher_factory
+                self._settings, self._profile, self._publisher_factory, self._responder_factory
             )
         return self._runtime
 

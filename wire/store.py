@@ -116,7 +116,8 @@ class PauseResult(StrEnum):
 
 class RespondResult(StrEnum):
     OK = "ok"
-    """Recorded: the interaction is resolved by this response (exactly once)."""
+    """Recorded: the interaction is resolved by this response (exactly once); detail
+    ``"1"`` when the task is now due for its resume run (publish it)."""
     MISSING = "missing"
     """No such task (never started, or its retention ended)."""
     TERMINAL = "terminal"

@@ -11,7 +11,7 @@
 -- publishes it, and the sweeper publishes it again if no worker claims it (it is in the
 -- starting set, its publish marked done: a resume can always be sent again, the claim
 -- admits one run).
--- Returns {'ok'} | {'missing'} (no such task) | {'terminal'} | {'cancelled'}
+-- Returns {'ok', due ('1' when the task is now due for its resume, else '0')} | {'missing'} (no such task) | {'terminal'} | {'cancelled'}
 --         | {'unknown'} (no such interaction) | {'resolved', resolution JSON}
 --! include prelude
 local state = redis.call('HGET', KEYS[1], 'state')
@@ -32,10 +32,11 @@ if ARGV[5] == '1' then
 end
 if state == 'awaiting_response' then
   for _, id in ipairs(redis.call('HKEYS', KEYS[2])) do
-    if redis.call('HEXISTS', KEYS[3], id) == 0 then return {'ok'} end
+    if redis.call('HEXISTS', KEYS[3], id) == 0 then return {'ok', '0'} end
   end
   local now = now_ms()
   redis.call('HSET', KEYS[1], 'resume', '1', 'published', '1', 'recover_at', now + 3000)
   redis.call('ZADD', KEYS[5], now, ARGV[1])
+  return {'ok', '1'}
 end
-return {'ok'}
+return {'ok', '0'}
