@@ -23,6 +23,7 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Command
 
 from .errors import ModelCallCancelledError
 from .lease import LEASE_CONFIG_KEY
@@ -162,6 +163,12 @@ class ModelGraph:
                 return answer
         return None
 
+    async def pending_interrupts(self, thread_id: str) -> tuple[Any, ...]:
+        """The interrupts the thread's latest checkpoint stopped at (LangGraph's
+        ``Interrupt`` objects: ``id``, ``value``)."""
+        snapshot = await self._graph.aget_state({"configurable": {"thread_id": thread_id}})
+        return tuple(snapshot.interrupts or ())
+
     def stream_turn(
         self,
         thread_id: str,
@@ -169,11 +176,14 @@ class ModelGraph:
         instructions: str | None,
         metadata: Mapping[str, str],
         lease: object | None = None,
+        resume: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[tuple[str, Any]]:
         """Run one turn; yields LangGraph's native ``(mode, payload)`` stream items.
 
         ``lease`` (the run's ``workers.lease.SessionLease``) travels in the run's config to
-        every checkpointer call of this run: the saver fences its writes with it."""
+        every checkpointer call of this run: the saver fences its writes with it.
+        ``resume`` (``{interrupt id: resume value}``) resumes a paused turn from its
+        interrupts instead of starting one with ``text``."""
         configurable: dict[str, Any] = {"thread_id": thread_id, INSTRUCTIONS: instructions}
         if lease is not None:
             configurable[LEASE_CONFIG_KEY] = lease
@@ -181,8 +191,11 @@ class ModelGraph:
         # The input message carries the task id, so a resumed task can tell whether its
         # lost run already checkpointed this turn (see ``checkpointed_answer``).
         task_id = metadata.get(TASK_ID) or None
+        turn_input: Any = {"messages": [HumanMessage(content=text, id=task_id)]}
+        if resume is not None:
+            turn_input = Command(resume=dict(resume))
         stream: AsyncIterator[tuple[str, Any]] = self._graph.astream(
-            {"messages": [HumanMessage(content=text, id=task_id)]},
+            turn_input,
             config,
             stream_mode=["messages", "updates"],
             durability="exit",

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from agent_harness_protocol import (
     AgentUsage,
@@ -32,18 +33,27 @@ from wire.backoff import CONNECTION_ERRORS, Outage
 from wire.codec import (
     SEMANTIC,
     RemoteCause,
+    dumps,
     event_to_entry,
     loads,
     outcome_to_json,
     run_metadata_from_json,
     spec_from_json,
     usage_from_json,
+    usage_to_json,
 )
 from wire.keys import is_valid_id
 from wire.profiles import AgentProfile, CancellationSemantics
 from wire.records import SessionField, TaskField
 from wire.settings import Settings
-from wire.store import HANDED_BACK, ClaimResult, RecordStore, Settlement, SettleResult
+from wire.store import (
+    HANDED_BACK,
+    ClaimResult,
+    PauseResult,
+    RecordStore,
+    Settlement,
+    SettleResult,
+)
 
 from .errors import (
     ModelCallCancelledError,
@@ -53,6 +63,7 @@ from .errors import (
 )
 from .event_sink import EventSink
 from .graph import ModelCalls, ModelGraph
+from .interrupts import Pause, resume_values
 from .lease import SessionLease
 from .loss import loss_policy
 from .pruning import CheckpointPruner
@@ -147,6 +158,7 @@ class TaskRunner:
                 return
             handed_back = claim.previous_state == HANDED_BACK
             resumed = handed_back or claim.previous_state == TaskState.RUNNING.value
+            # A task answered by its caller resumes from its interrupt: no run was lost.
             lease = SessionLease(
                 self._store,
                 session_id,
@@ -193,7 +205,12 @@ class TaskRunner:
         run_ended = True
         released = False
         try:
-            outcome = await self._outcome(live, lease, record, session, sink, resumed)
+            result = await self._outcome(live, lease, record, session, sink, resumed)
+            outcome = (
+                await self._pause(live, lease, sink, result)
+                if isinstance(result, Pause)
+                else result
+            )
             if outcome is None or lease.lost.is_set():
                 # The new holder settles; events of this run would be refused anyway.
                 log.warning(
@@ -238,7 +255,7 @@ class TaskRunner:
         session: Mapping[str, str],
         sink: EventSink,
         resumed: bool,
-    ) -> TaskOutcome | None:
+    ) -> TaskOutcome | Pause | None:
         task = TaskId(live.task_id)
         session_id = lease.session_id
         try:
@@ -252,9 +269,24 @@ class TaskRunner:
             return _failed(task, error)
         metadata = {**labels, "ahp_task_id": live.task_id, "ahp_session_id": session_id}
         self._graphs.calls.guard(live.task_id, lambda: self._cancel_gate(live))
+        # What the task's runs measured before it paused for the caller.
+        base = usage_from_json(loads(record.get(TaskField.PAUSED_USAGE) or "{}"))
+        paused_before = bool(record.get(TaskField.PAUSED_USAGE))
         interruptions = 0
         try:
             while True:
+                try:
+                    # Paused at interrupts this task raised: resume them with the
+                    # caller's responses (also after a resumed run was lost).
+                    resume = await resume_values(
+                        self._store,
+                        live.task_id,
+                        await graph.pending_interrupts(self._store.keys.thread_id(session_id)),
+                    )
+                except Exception as error:
+                    if isinstance(error, CONNECTION_ERRORS):
+                        raise
+                    return _failed(task, error)
                 translator = TurnTranslator(
                     task,
                     sink,
@@ -272,10 +304,13 @@ class TaskRunner:
                         metadata,
                         resumed=resumed,
                         lease=lease,
+                        resume=resume,
                     )
                 )
                 try:
                     outcome = await self._supervise(task, live, profile, execution, resumed)
+                    if paused_before:
+                        outcome = _with_base_usage(outcome, base)
                 except asyncio.CancelledError:
                     # The worker is stopping mid-run: end the graph run before handing it
                     # back.
@@ -300,6 +335,40 @@ class TaskRunner:
                 return outcome
         finally:
             self._graphs.calls.forget(live.task_id)
+
+    async def _pause(
+        self, live: LiveRun, lease: SessionLease, sink: EventSink, pause: Pause
+    ) -> TaskOutcome | None:
+        """The turn stopped to ask the caller: write its events, then pause the task in
+        one fenced step (its interactions stored and announced, awaiting the caller, the
+        lease released): the delivery ends without settling and holds no worker. A
+        cancellation recorded by now wins: the run has ended, so it settles Cancelled.
+        None: nothing more to do here (paused, or the lease is another run's)."""
+        task_id = live.task_id
+        await sink.drain()
+        if sink.lease_lost or lease.lost.is_set():
+            log.warning("task %s lost its lease before pausing; left to the new holder", task_id)
+            return None
+        await self._prune(lease.session_id, lease.value)
+        await lease.stop()
+        result = await self._store.pause(
+            lease.session_id,
+            task_id,
+            lease.value,
+            dumps(usage_to_json(pause.usage)),
+            [(ask.interaction_id, dumps(ask.to_json())) for ask in pause.payloads],
+        )
+        if result is PauseResult.PAUSED:
+            log.info(
+                "task %s paused for the caller (%s)",
+                task_id,
+                ", ".join(ask.interaction_id for ask in pause.payloads),
+            )
+            return None
+        if result is PauseResult.CANCELLED:
+            return Cancelled(TaskId(task_id), usage=pause.usage)
+        log.warning("task %s could not pause: %s", task_id, result.value)
+        return None
 
     async def _cancel_known(self, live: LiveRun) -> bool:
         """Whether cancellation was requested, as far as can be known now (the durable
@@ -384,7 +453,7 @@ class TaskRunner:
         profile: AgentProfile,
         execution: asyncio.Task[TurnResult],
         resumed: bool,
-    ) -> TaskOutcome | None:
+    ) -> TaskOutcome | Pause | None:
         stop = asyncio.create_task(_first_of(live.cancel_requested, live.lease_lost))
         try:
             await asyncio.wait({execution, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -578,7 +647,7 @@ def _settled_result(
     profile: AgentProfile,
     model_started: bool,
     resumed: bool,
-) -> TaskOutcome | None:
+) -> TaskOutcome | Pause | None:
     cancelled = execution.cancelled() or isinstance(
         execution.exception(), ModelCallCancelledError | RunCancelledError
     )
@@ -603,8 +672,22 @@ def _settled_result(
     if error is not None:
         return _failed(task, error)
     result = execution.result()
+    if result.asks:
+        return Pause(result.asks, result.usage)
     output = None if result.text is None else TextOutput(result.text)
     return Completed(task, result.stop_reason, output, result.usage)
+
+
+def _with_base_usage(
+    outcome: TaskOutcome | Pause | None, base: AgentUsage
+) -> TaskOutcome | Pause | None:
+    """A run resuming a paused task adds what the runs before the pause measured."""
+    if isinstance(outcome, Pause):
+        return Pause(outcome.payloads, base + outcome.usage)
+    if outcome is None:
+        return None
+    updated: TaskOutcome = dataclasses.replace(cast(Any, outcome), usage=base + outcome.usage)
+    return updated
 
 
 __all__ = ["GraphProvider", "LiveRun", "TaskRunner", "ThreadDeleter"]

@@ -22,10 +22,12 @@ from agent_harness_protocol import (
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 
 from wire.codec import DIAGNOSTIC, SEMANTIC, diagnostic_to_entry, event_to_entry
+from wire.interactions import InteractionPayload
 from wire.provider import PROVIDER
 
 from .event_sink import EventSink
 from .graph import TASK_ID, ModelGraph
+from .interrupts import INTERRUPT_KEY, interrupts_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,8 @@ class TurnResult:
     text: str | None
     usage: AgentUsage
     stop_reason: StopReason
+    asks: tuple[InteractionPayload, ...] = ()
+    """What the turn stopped to ask the caller (its interrupts): the task pauses."""
 
 
 def usage_of(message: BaseMessage) -> AgentUsage:
@@ -96,6 +100,7 @@ class TurnTranslator:
         self._diagnostics = diagnostics
         self._usage_known = usage_known
         self._final: AIMessage | None = None
+        self._asks: list[InteractionPayload] = []
 
     def _emit(self, event: Any) -> None:
         tag, payload = event_to_entry(event)
@@ -116,7 +121,10 @@ class TurnTranslator:
                 self._emit(MessageDelta(self._task_id, message_id, chunk.text, MessageRole.ANSWER))
             self._diagnose("messages", {"node": node, "text": getattr(chunk, "text", "")})
         elif mode == "updates":
+            self._asks.extend(interrupts_of(payload or {}))
             for node, update in (payload or {}).items():
+                if node == INTERRUPT_KEY:
+                    continue
                 messages = (update or {}).get("messages", []) if isinstance(update, dict) else []
                 for message in messages:
                     if isinstance(message, AIMessage):
@@ -129,6 +137,14 @@ class TurnTranslator:
 
     def finish(self) -> TurnResult:
         final = self._final
+        if self._asks:
+            # Paused for the caller: the answer is still to come.
+            usage = (
+                usage_of(final)
+                if final is not None and self._usage_known
+                else (AgentUsage.ZERO if self._usage_known else AgentUsage.UNKNOWN)
+            )
+            return TurnResult(None, usage, StopReason.FINISHED, tuple(self._asks))
         if final is None:
             return TurnResult(None, AgentUsage.UNKNOWN, StopReason.PROVIDER_STOPPED)
         text = text_of(final)
@@ -152,15 +168,18 @@ async def run_turn(
     *,
     resumed: bool = False,
     lease: object | None = None,
+    resume: Mapping[str, Any] | None = None,
 ) -> TurnResult:
     """Run the turn; a resumed task whose lost run already checkpointed its answer is
-    finished from that checkpoint instead of running (and appending its input) again."""
+    finished from that checkpoint instead of running (and appending its input) again.
+    ``resume`` resumes a turn paused at interrupts with the caller's responses."""
     task_id = str(metadata.get(TASK_ID, ""))
-    if resumed:
+    if resumed and resume is None:
         answer = await graph.checkpointed_answer(thread_id, task_id)
         if answer is not None:
             translator.adopt(answer)
             return translator.finish()
-    async for mode, payload in graph.stream_turn(thread_id, text, instructions, metadata, lease):
+    stream = graph.stream_turn(thread_id, text, instructions, metadata, lease, resume)
+    async for mode, payload in stream:
         translator.observe(mode, payload)
     return translator.finish()

@@ -20,6 +20,7 @@ from .controlled_model import (
     PREFIX,
     SCOPE,
     deaf_key,
+    effects_key,
     live_members,
     scope_script_key,
     script_key,
@@ -99,6 +100,10 @@ class ModelBoundary:
     def script_scope(self, command: dict[str, object]) -> None:
         """A command for every scripted call of this boundary (profile ``script_by_scope``)."""
         self._redis.rpush(scope_script_key(self.scope), json.dumps(command))
+
+    def effect_count(self) -> int:
+        """Effects this boundary's approved interactions performed, counted in the worker."""
+        return int(self._redis.get(effects_key(self.scope)) or 0)
 
     def deafen(self) -> None:
         """From now on this boundary's model calls disregard cancellation."""

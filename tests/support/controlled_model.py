@@ -41,11 +41,18 @@ from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config
+from langgraph.types import interrupt
 from pydantic import PrivateAttr
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from wire.interactions import (
+    InteractionKind,
+    InteractionPayload,
+    approval_decisions,
+    interaction_id,
+)
 from wire.redis_options import pool_options
 from wire.settings import Settings
 
@@ -103,6 +110,30 @@ def script_key(task_id: str) -> str:
 
 def scope_script_key(scope: str) -> str:
     return f"{PREFIX}script:scope:{scope}"
+
+
+def effects_key(scope: str) -> str:
+    """Counter: the effects a boundary's approved interactions performed (in the worker)."""
+    return f"{PREFIX}effects:{scope}"
+
+
+def ask_in_model(task_id: str, command: dict[str, Any]) -> str:
+    """Interrupt the run with an approval for ``command["call"]``; the decision once the
+    run resumes."""
+    call = str(command.get("call", "call-1"))
+    payload = InteractionPayload(
+        kind=InteractionKind.APPROVAL,
+        interaction_id=interaction_id(task_id, call),
+        tool_call_id=call,
+        tool="guarded_effect",
+        prompt="Perform the guarded effect?",
+        arguments={"target": "test"},
+        effect="increments the test's effect counter",
+        work_id=call,
+        available_decisions=approval_decisions(None),
+    )
+    value = interrupt(payload.to_json())
+    return str(value["decision"])
 
 
 def deaf_key(scope: str) -> str:
@@ -371,3 +402,14 @@ class ControlledChatModel(BaseChatModel):
                 return
             elif command["op"] == "fail":
                 raise RuntimeError(command["message"])
+            elif command["op"] == "ask":
+                # Stands in for an approval-gated effect inside the node (until the agent
+                # has tools): the run pauses at the interrupt; when it resumes, the node
+                # replays this script and the interrupt returns the caller's decision. An
+                # approved effect is counted here, in the worker, per boundary scope.
+                decision = ask_in_model(task_id, command)
+                if decision in {"approve_once", "approve_for_session"}:
+                    await redis.incr(effects_key(scope))
+                    yield ChatGenerationChunk(message=AIMessageChunk(content="effect done. "))
+                else:
+                    yield ChatGenerationChunk(message=AIMessageChunk(content=f"{decision}. "))

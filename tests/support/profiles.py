@@ -49,6 +49,8 @@ _ALL = [
     _profile("accounting", input_tokens=7, output_tokens=3, reply="measured-result"),
     # Scripted per boundary scope (the outcome suite controls the model without task ids).
     _profile("outcome", scripted=True, script_by_scope=True),
+    # Scripted per boundary scope; its script's "ask" pauses the run for an approval.
+    _profile("asking", scripted=True, script_by_scope=True),
     # A model that streams for about a second unless cancelled.
     _profile("slow", load_chunks=20, chunk_delay_ms=50),
     _profile("slow-unconfirmed", cancellation=UNCONFIRMED, load_chunks=20, chunk_delay_ms=50),

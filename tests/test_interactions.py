@@ -1,0 +1,85 @@
+"""Approvals as LangGraph interrupts on real workers: a paused task holds no worker and no
+lease, the caller's answer resumes it on any worker, and the effect happens once, only if
+approved. The effect is counted where it happens (the worker), in Redis; the pause is
+read from the task's record and the deployment's running set."""
+
+from __future__ import annotations
+
+import redis
+from agent_harness_protocol import (
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalResponse,
+    Completed,
+    SessionSpec,
+    TaskRequest,
+    TaskState,
+    TextInput,
+)
+
+from wire.keys import Keys
+from wire.records import TaskField
+from wire.settings import Settings
+
+from .support.boundary import ModelBoundary
+from .support.fixtures import scoped_harness
+from .support.waiting import wait_for
+
+
+async def test_a_paused_task_holds_no_worker_and_resumes_with_the_approved_effect_once(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    boundary.script_scope({"op": "ask", "call": "c1"})
+    boundary.script_scope({"op": "complete", "text": "finished"})
+    harness = scoped_harness(settings, boundary, "asking")
+    keys = Keys(settings.namespace)
+    try:
+        task = await (await harness.create_session(SessionSpec())).start_task(
+            TaskRequest(TextInput("guarded-effect"))
+        )
+        await wait_for(lambda: bool(task.pending_interactions))
+        (request,) = task.pending_interactions
+        assert isinstance(request, ApprovalRequest)
+        assert ApprovalDecision.APPROVE_FOR_SESSION not in request.available_decisions
+        assert task.state is TaskState.AWAITING_RESPONSE
+        record = sync_redis.hgetall(keys.task(task.id.value))
+        assert record[TaskField.STATE] == "awaiting_response"
+        assert record[TaskField.AWAITING] == request.interaction_id.value
+        session_id = record[TaskField.SESSION]
+        assert not sync_redis.exists(keys.lease(session_id))
+        assert sync_redis.zscore(keys.running(), task.id.value) is None
+        assert boundary.in_flight() == 0  # no model call waits: the run has ended
+        assert boundary.effect_count() == 0
+
+        await task.respond(request.interaction_id, ApprovalResponse(ApprovalDecision.APPROVE_ONCE))
+        assert not task.pending_interactions
+        outcome = await task.await_outcome()
+        assert isinstance(outcome, Completed)
+        assert outcome.output is not None
+        assert "finished" in outcome.output.text
+        assert boundary.effect_count() == 1
+        assert len(boundary.calls_for(task.id.value)) == 2  # asked, then resumed
+    finally:
+        await harness.aclose()
+
+
+async def test_a_declined_approval_performs_no_effect(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    boundary.script_scope({"op": "ask", "call": "c1"})
+    boundary.script_scope({"op": "complete", "text": "finished"})
+    harness = scoped_harness(settings, boundary, "asking")
+    try:
+        task = await (await harness.create_session(SessionSpec())).start_task(
+            TaskRequest(TextInput("guarded-effect"))
+        )
+        await wait_for(lambda: bool(task.pending_interactions))
+        (request,) = task.pending_interactions
+        await task.respond(request.interaction_id, ApprovalResponse(ApprovalDecision.DECLINE))
+        outcome = await task.await_outcome()
+        assert isinstance(outcome, Completed)
+        assert outcome.output is not None
+        assert outcome.output.text.startswith("decline")
+        assert boundary.effect_count() == 0
+    finally:
+        await harness.aclose()
