@@ -1,0 +1,86 @@
+"""An approval answered after every worker process was replaced resumes the task and
+performs its effect exactly once.
+
+The workers are separate OS processes (``celery worker``, prefork). While the task waits
+for its caller, every one of them is killed (process group destroyed, like lost machines)
+and new ones are started; the answer then resumes the paused graph from its checkpoint in
+a process that did not exist when the task paused. The effect is counted where it
+happens (inside the worker, in Redis), the processes are told apart by the pids the model
+recorded with each call.
+"""
+
+from __future__ import annotations
+
+import pytest
+from agent_harness_protocol import (
+    ApprovalDecision,
+    ApprovalResponse,
+    Completed,
+    SessionSpec,
+    TaskRequest,
+    TextInput,
+)
+
+from tooling.worker_process import WorkerProcess
+from wire.settings import Settings
+
+from .support.boundary import ModelBoundary
+from .support.controlled_model import process_alive
+from .support.fixtures import scoped_harness
+from .support.waiting import wait_for
+
+pytestmark = pytest.mark.processes
+
+
+@pytest.fixture
+def restart_settings(settings: Settings) -> Settings:
+    return settings.model_copy(
+        update={"namespace": settings.namespace + "-restart", "queue": settings.queue + ".restart"}
+    )
+
+
+def _workers(settings: Settings, generation: str) -> list[WorkerProcess]:
+    return [
+        WorkerProcess(settings, concurrency=1, name=f"restart-{generation}-{index}")
+        for index in range(2)
+    ]
+
+
+async def test_an_approval_answered_after_all_workers_restarted_performs_the_effect_once(
+    restart_settings: Settings, boundary: ModelBoundary
+) -> None:
+    boundary.script_scope({"op": "ask", "call": "c1"})
+    boundary.script_scope({"op": "complete", "text": "finished"})
+    first = _workers(restart_settings, "first")
+    second = _workers(restart_settings, "second")
+    harness = scoped_harness(restart_settings, boundary, "asking")
+    try:
+        for process in first:
+            process.start()
+        task = await (await harness.create_session(SessionSpec())).start_task(
+            TaskRequest(TextInput("guarded-effect"))
+        )
+        await wait_for(lambda: bool(task.pending_interactions), within=60)
+        (request,) = task.pending_interactions
+        (asked,) = boundary.calls_for(task.id.value)
+        for process in first:
+            process.kill()
+        assert not process_alive(int(str(asked["pid"])))
+        for process in second:
+            process.start()
+        assert boundary.effect_count() == 0
+
+        await task.respond(request.interaction_id, ApprovalResponse(ApprovalDecision.APPROVE_ONCE))
+        outcome = await task.await_outcome()
+
+        assert isinstance(outcome, Completed)
+        assert boundary.effect_count() == 1
+        calls = boundary.calls_for(task.id.value)
+        assert len(calls) == 2
+        resumed_in = int(str(calls[1]["pid"]))
+        assert resumed_in != int(str(asked["pid"]))
+        assert process_alive(resumed_in)  # a process of the new generation
+    finally:
+        await harness.aclose()
+        for process in (*first, *second):
+            process.stop()
