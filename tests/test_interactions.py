@@ -5,6 +5,7 @@ read from the task's record and the deployment's running set."""
 
 from __future__ import annotations
 
+import pytest
 import redis
 from agent_harness_protocol import (
     ApprovalDecision,
@@ -16,6 +17,15 @@ from agent_harness_protocol import (
     TaskState,
     TextInput,
 )
+from agent_harness_protocol.conformance import (
+    ApprovalScopeConformanceTests,
+    FixtureResource,
+    InteractionConformanceTests,
+    InteractionRaceFixture,
+    RepeatedApprovalFixture,
+    ResponseAcceptanceConformanceTests,
+    ResponseAcceptanceFixture,
+)
 
 from wire.keys import Keys
 from wire.records import TaskField
@@ -23,6 +33,7 @@ from wire.settings import Settings
 
 from .support.boundary import ModelBoundary
 from .support.fixtures import scoped_harness
+from .support.interaction_fixtures import interactions
 from .support.waiting import wait_for
 
 
@@ -83,3 +94,31 @@ async def test_a_declined_approval_performs_no_effect(
         assert boundary.effect_count() == 0
     finally:
         await harness.aclose()
+
+
+# -- the AHP suites ----------------------------------------------------------------------
+
+
+class _Bound:
+    settings: Settings
+    model: ModelBoundary
+
+    @pytest.fixture(autouse=True)
+    def _bind(self, settings: Settings, boundary: ModelBoundary) -> None:
+        self.settings = settings
+        self.model = boundary
+
+
+class TestInteraction(_Bound, InteractionConformanceTests):
+    def interaction_fixture(self) -> FixtureResource[InteractionRaceFixture]:
+        return interactions(self.settings, self.model)
+
+
+class TestApprovalScope(_Bound, ApprovalScopeConformanceTests):
+    def approval_fixture(self) -> FixtureResource[RepeatedApprovalFixture]:
+        return interactions(self.settings, self.model)
+
+
+class TestResponseAcceptance(_Bound, ResponseAcceptanceConformanceTests):
+    def response_fixture(self) -> FixtureResource[ResponseAcceptanceFixture]:
+        return interactions(self.settings, self.model)

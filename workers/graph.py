@@ -197,7 +197,7 @@ class ModelGraph:
         stream: AsyncIterator[tuple[str, Any]] = self._graph.astream(
             turn_input,
             config,
-            stream_mode=["messages", "updates"],
+            stream_mode=["messages", "updates", "custom"],
             durability="exit",
         )
         return stream

@@ -25,6 +25,7 @@ from wire.codec import DIAGNOSTIC, SEMANTIC, diagnostic_to_entry, event_to_entry
 from wire.interactions import InteractionPayload
 from wire.provider import PROVIDER
 
+from .effects import effect_of
 from .event_sink import EventSink
 from .graph import TASK_ID, ModelGraph
 from .interrupts import INTERRUPT_KEY, interrupts_of
@@ -120,6 +121,10 @@ class TurnTranslator:
                 message_id = MessageId(chunk.id or self._task_id.value)
                 self._emit(MessageDelta(self._task_id, message_id, chunk.text, MessageRole.ANSWER))
             self._diagnose("messages", {"node": node, "text": getattr(chunk, "text", "")})
+        elif mode == "custom":
+            effect = effect_of(self._task_id, payload)
+            if effect is not None:
+                self._emit(effect)
         elif mode == "updates":
             self._asks.extend(interrupts_of(payload or {}))
             for node, update in (payload or {}).items():

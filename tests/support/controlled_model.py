@@ -33,6 +33,7 @@ from contextvars import ContextVar
 from typing import Any
 from uuid import uuid4
 
+from agent_harness_protocol import WorkStatus
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.chat_models import agenerate_from_stream
@@ -55,6 +56,7 @@ from wire.interactions import (
 )
 from wire.redis_options import pool_options
 from wire.settings import Settings
+from workers.effects import report_effect
 
 PREFIX = "ahp-test:boundary:"
 CALLS = PREFIX + "calls"
@@ -410,6 +412,11 @@ class ControlledChatModel(BaseChatModel):
                 decision = ask_in_model(task_id, command)
                 if decision in {"approve_once", "approve_for_session"}:
                     await redis.incr(effects_key(scope))
+                    report_effect(
+                        str(command.get("call", "call-1")),
+                        WorkStatus.COMPLETED,
+                        description="incremented the test's effect counter",
+                    )
                     yield ChatGenerationChunk(message=AIMessageChunk(content="effect done. "))
                 else:
                     yield ChatGenerationChunk(message=AIMessageChunk(content=f"{decision}. "))
