@@ -14,6 +14,7 @@ from agent_harness_protocol import (
     CompatibilityIssue,
     CompatibilityReport,
     IncompatibleRequirementError,
+    InteractionRequest,
     PersistentSessionRef,
     PersistentSessions,
     ProviderId,
@@ -23,6 +24,7 @@ from agent_harness_protocol import (
     StorageNamespace,
     SupportReport,
     TaskId,
+    TaskState,
 )
 from redis.exceptions import RedisError
 
@@ -44,7 +46,14 @@ from .errors import (
     UnknownSessionError,
     UnknownTaskError,
 )
-from .info import SessionInfo, TaskInfo, TaskMetrics, session_info, task_info
+from .info import (
+    SessionInfo,
+    TaskInfo,
+    TaskMetrics,
+    pending_requests,
+    session_info,
+    task_info,
+)
 from .redis_errors import reported
 from .responses import ResponderFactory
 from .runtime import CallerRuntime, PublisherFactory
@@ -340,13 +349,20 @@ class CeleryHarness(AgentHarness, PersistentSessions):
 
     async def task_info(self, task_id: str, *, tenant: str | None = None) -> TaskInfo:
         """The task's record as a view; retained ``AHP_TASK_RETENTION`` after it settled.
+        A task awaiting its caller lists the interactions it waits for.
 
         Raises:
             UnknownTaskError: no such task for ``tenant``.
             HarnessTransportError: Redis could not be reached.
         """
         runtime = self._open()
-        return task_info(task_id, await self._owned_task(runtime, task_id, tenant))
+        record = await self._owned_task(runtime, task_id, tenant)
+        pending: tuple[InteractionRequest, ...] = ()
+        if record.get(TaskField.STATE) == TaskState.AWAITING_RESPONSE.value:
+            with reported("the task could not be read"):
+                raised, resolved = await runtime.store.interactions(task_id)
+            pending = pending_requests(raised, resolved)
+        return task_info(task_id, record, pending)
 
     async def task_metrics(self) -> TaskMetrics:
         """The pool's task figures: counters and histograms every process keeps in
