@@ -28,7 +28,8 @@ class Responder(Protocol):
         event_json: str,
         *,
         grant: bool,
-    ) -> tuple[RespondResult, str]:
+        cancels: bool,
+    ) -> tuple[RespondResult, str, str, str]:
         """Run the respond script; raises the Redis error of a failed delivery."""
         ...
 
@@ -46,9 +47,16 @@ class StoreResponder:
         event_json: str,
         *,
         grant: bool,
-    ) -> tuple[RespondResult, str]:
+        cancels: bool,
+    ) -> tuple[RespondResult, str, str, str]:
         return await self._store.respond(
-            session_id, task_id, interaction_id, resolution_json, event_json, grant=grant
+            session_id,
+            task_id,
+            interaction_id,
+            resolution_json,
+            event_json,
+            grant=grant,
+            cancels=cancels,
         )
 
 

@@ -145,6 +145,9 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         """Interactions whose resolution this handle's events carried (at most once each)."""
         self._submitted: set[str] = set()
         """Interactions this handle sent a response to: never sent twice."""
+        self._delivering: dict[str, InteractionResolved | None] = {}
+        """Responses in flight, with the resolution the stream brought meanwhile: held
+        back until the delivery's fate decides which resolution this handle reports."""
 
     # -- AgentTask ----------------------------------------------------------------------
     @property
@@ -223,18 +226,34 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         key = payload.interaction_id
         resolution = Responded(response)
         event = InteractionResolved(self._id, InteractionId(key), resolution)
-        grant = (
-            isinstance(response, ApprovalResponse)
-            and response.decision is ApprovalDecision.APPROVE_FOR_SESSION
-        )
+        decision = response.decision if isinstance(response, ApprovalResponse) else None
+        self._delivering[key] = None
         try:
-            result, detail = await self._runtime.responder.respond(
+            await self._deliver_once(payload, response, event, decision)
+        finally:
+            held = self._delivering.pop(key, None)
+            if held is not None and key not in self._resolved:
+                self._resolved.add(key)
+                self._events.publish(held)
+
+    async def _deliver_once(
+        self,
+        payload: InteractionPayload,
+        response: InteractionResponse,
+        event: InteractionResolved,
+        decision: ApprovalDecision | None,
+    ) -> None:
+        key = payload.interaction_id
+        resolution = event.resolution
+        try:
+            result, detail, settled, promoted = await self._runtime.responder.respond(
                 self._session_id.value,
                 self._id.value,
                 key,
                 dumps(resolution_to_json(resolution)),
                 event_to_entry(event)[1],
-                grant=grant,
+                grant=decision is ApprovalDecision.APPROVE_FOR_SESSION,
+                cancels=decision is ApprovalDecision.CANCEL,
             )
         except RedisError as error:
             if fate(error) is Fate.REFUSED:
@@ -252,6 +271,19 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         if result is RespondResult.OK:
             self._pending.pop(key, None)
             self._settle_awaiting()
+            if decision is ApprovalDecision.CANCEL:
+                # The script recorded the cancellation and settled a paused task: this
+                # handle's events carry the answer before the terminal event.
+                self._cancel_recorded = True
+                if key not in self._resolved:
+                    self._resolved.add(key)
+                    self._events.publish(event)
+                for other in tuple(self._pending):
+                    self._clear(other, ClearReason.CANCELLATION_REQUESTED)
+                if settled:
+                    self._finish(outcome_from_json(loads(settled), remote_cause))
+                if promoted:
+                    self._runtime.spawn(self._publish_promoted(promoted))
             if detail == "1":
                 await self._publish_resume()
             return
@@ -393,6 +425,10 @@ class CeleryTask(AgentTask, TaskDiagnostics):
     def _finish(self, outcome: TaskOutcome) -> None:
         if self._outcome.done():
             return
+        for key, held in tuple(self._delivering.items()):
+            if held is not None and key not in self._resolved:
+                self._resolved.add(key)
+                self._events.publish(held)
         for key in tuple(self._pending):
             self._clear(key, ClearReason.TASK_ENDED)
         event: TerminalEvent[Any] = terminal_event(outcome)
@@ -540,6 +576,11 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             self._settle_awaiting()
             if key in self._resolved:
                 return  # this handle's events carried its resolution already
+            if key in self._delivering and isinstance(event.resolution, Responded):
+                # Our response is in flight: its fate decides what this handle reports
+                # (a lost reply reports it cleared as unconfirmed, although it landed).
+                self._delivering[key] = event
+                return
             self._resolved.add(key)
         if isinstance(event, TerminalEvent):
             self._finish(event.outcome)

@@ -114,7 +114,7 @@ async def _respond(
     task_id: str,
     payload: InteractionPayload,
     decision: ApprovalDecision = ApprovalDecision.APPROVE_ONCE,
-) -> tuple[RespondResult, str]:
+) -> tuple[RespondResult, str, str, str]:
     resolution = Responded(ApprovalResponse(decision))
     event = InteractionResolved(TaskId(task_id), InteractionId(payload.interaction_id), resolution)
     return await store.respond(
@@ -124,6 +124,7 @@ async def _respond(
         json.dumps(resolution_to_json(resolution)),
         event_to_entry(event)[1],
         grant=decision is ApprovalDecision.APPROVE_FOR_SESSION,
+        cancels=decision is ApprovalDecision.CANCEL,
     )
 
 
@@ -155,7 +156,9 @@ async def test_a_paused_task_holds_no_lease_and_is_claimed_only_once_answered(
     assert early.result is ClaimResult.WAITING
 
     assert (await _respond(store, session_id, task_id, payload))[0] is RespondResult.OK
-    again, prior = await _respond(store, session_id, task_id, payload, ApprovalDecision.DECLINE)
+    again, prior, _, _ = await _respond(
+        store, session_id, task_id, payload, ApprovalDecision.DECLINE
+    )
     assert again is RespondResult.RESOLVED
     assert json.loads(prior)["response"]["decision"] == "approve_once"
     assert await store.redis.zscore(store.keys.starting(), task_id) is not None
@@ -233,7 +236,7 @@ async def test_approve_for_session_grants_the_tool_until_the_session_is_released
     session_id, task_id, payload = await _paused(store, grant="write_file in this session")
     scope = grant_scope(payload.tool)
     assert not await store.granted(session_id, scope)
-    result, _ = await _respond(
+    result, *_ = await _respond(
         store, session_id, task_id, payload, ApprovalDecision.APPROVE_FOR_SESSION
     )
     assert result is RespondResult.OK

@@ -11,6 +11,7 @@ from agent_harness_protocol import (
     ApprovalDecision,
     ApprovalRequest,
     ApprovalResponse,
+    Cancelled,
     Completed,
     SessionSpec,
     TaskRequest,
@@ -92,6 +93,29 @@ async def test_a_declined_approval_performs_no_effect(
         assert outcome.output is not None
         assert outcome.output.text.startswith("decline")
         assert boundary.effect_count() == 0
+    finally:
+        await harness.aclose()
+
+
+async def test_a_cancel_decision_cancels_the_paused_task_at_once_without_the_effect(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    boundary.script_scope({"op": "ask", "call": "c1"})
+    boundary.script_scope({"op": "complete", "text": "finished"})
+    harness = scoped_harness(settings, boundary, "asking")
+    try:
+        task = await (await harness.create_session(SessionSpec())).start_task(
+            TaskRequest(TextInput("guarded-effect"))
+        )
+        await wait_for(lambda: bool(task.pending_interactions))
+        (request,) = task.pending_interactions
+        await task.respond(request.interaction_id, ApprovalResponse(ApprovalDecision.CANCEL))
+        assert isinstance(await task.await_outcome(), Cancelled)
+        record = sync_redis.hgetall(Keys(settings.namespace).task(task.id.value))
+        assert record[TaskField.STATE] == "cancelled"
+        assert record[TaskField.CANCEL] == "1"
+        assert boundary.effect_count() == 0
+        assert len(boundary.calls_for(task.id.value)) == 1  # never resumed
     finally:
         await harness.aclose()
 

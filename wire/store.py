@@ -619,9 +619,12 @@ class RecordStore:
         event_json: str,
         *,
         grant: bool = False,
-    ) -> tuple[RespondResult, str]:
+        cancels: bool = False,
+    ) -> tuple[RespondResult, str, str, str]:
         """Record the caller's response to a pending interaction, exactly once, and make
-        the task due for its resume (see ``respond.lua``)."""
+        the task due for its resume (see ``respond.lua``). ``cancels``: the response is a
+        CANCEL decision, which cancels the task in the same step. Returns the result, its
+        detail, and the outcome JSON and promoted task id when that settled the task."""
         reply = await self._respond(
             keys=[
                 self.keys.task(task_id),
@@ -630,11 +633,22 @@ class RecordStore:
                 self.keys.events(task_id),
                 self.keys.starting(),
                 self.keys.grants(session_id),
+                self.keys.session(session_id),
+                self.keys.lease(session_id),
+                self.keys.running(),
             ],
-            args=[task_id, interaction_id, resolution_json, event_json, "1" if grant else "0"],
+            args=[
+                task_id,
+                interaction_id,
+                resolution_json,
+                event_json,
+                "1" if grant else "0",
+                "1" if cancels else "0",
+                self.retention_seconds,
+            ],
         )
-        values = [_text(item) for item in reply]
-        return RespondResult(values[0]), values[1] if len(values) > 1 else ""
+        values = [_text(item) for item in reply] + ["", "", ""]
+        return RespondResult(values[0]), values[1], values[2], values[3]
 
     async def interactions(self, task_id: str) -> tuple[dict[str, str], dict[str, str]]:
         """The task's interactions (id: payload JSON) and their resolutions (id: JSON)."""

@@ -104,7 +104,8 @@ class ControlledResponder:
         event_json: str,
         *,
         grant: bool,
-    ) -> tuple[RespondResult, str]:
+        cancels: bool,
+    ) -> tuple[RespondResult, str, str, str]:
         boundary = self._boundary
         boundary.submissions += 1
         mode, boundary.mode = boundary.mode, _Mode.ACCEPT
@@ -116,13 +117,13 @@ class ControlledResponder:
             url = f"redis://127.0.0.1:{_closed_port()}/0"
             unreachable = RecordStore(Redis.from_url(url, decode_responses=True), self._real.keys)
             try:
-                await unreachable.respond(*arguments, grant=grant)
+                await unreachable.respond(*arguments, grant=grant, cancels=cancels)
             finally:
                 await unreachable.redis.aclose()
             raise AssertionError("a script on a closed port ran")
         if mode is _Mode.LOSE_BEFORE_ACCEPTANCE:
             raise RedisTimeoutError("Timeout reading from socket")
-        result = await self._real.respond(*arguments, grant=grant)
+        result = await self._real.respond(*arguments, grant=grant, cancels=cancels)
         if result[0] is RespondResult.OK:
             resolution = resolution_from_json(json.loads(resolution_json))
             assert isinstance(resolution, Responded)
