@@ -27,9 +27,7 @@ async def _awaiting(client: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
 async def test_an_approval_is_listed_checked_and_answered_once_over_http(
     settings: Settings, boundary: ModelBoundary
 ) -> None:
-    boundary.script_scope({"op": "ask", "call": "c1"})
-    boundary.script_scope({"op": "complete", "text": "finished"})
-    async with in_process(api_harness(settings, boundary, "asking")) as client:
+    async with in_process(api_harness(settings, boundary, "guarding")) as client:
         session_id = (await client.post("/v1/sessions", json={}, headers=auth())).json()["id"]
         started = await client.post(
             f"/v1/sessions/{session_id}/tasks", json={"input": "guarded"}, headers=auth()
@@ -37,7 +35,7 @@ async def test_an_approval_is_listed_checked_and_answered_once_over_http(
         task = await _awaiting(client, started.json()["id"])
         (pending,) = task["pending_interactions"]
         assert pending["kind"] == "approval"
-        assert pending["work_id"] == "c1"
+        assert pending["work_id"]
         assert pending["session_grant"] is None
         assert "approve_for_session" not in pending["available_decisions"]
         url = f"/v1/tasks/{task['id']}/interactions/{pending['interaction_id']}"

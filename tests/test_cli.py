@@ -76,8 +76,13 @@ def test_demo_completes_both_tasks_and_the_second_sees_the_first(redis_url: str)
     assert len(answers) == 2, output
     assert "This is your first question." in answers[0]
     assert f"Before that you asked '{FIRST}'" in answers[1], output
-    for event in ("TaskStarted", "MessageDelta", "MessageCompleted", "UsageChanged"):
+    # Each task calls the demo tool once, then answers with its result.
+    assert "The word_count tool says: 6 words." in answers[0], output
+    for event in ("TaskStarted", "MessageDelta", "MessageCompleted"):
         assert output.count(event) == 2, (event, output)
+    assert output.count("UsageChanged") == 4, output  # one per model call
+    assert output.count("ToolCallChanged  started word_count") == 2, output
+    assert output.count("ToolCallChanged  completed word_count") == 2, output
     assert output.count("TaskCompleted") == 2, output
     assert "session usage:  input=" in output
 

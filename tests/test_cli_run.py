@@ -349,28 +349,24 @@ def test_the_live_view_prints_work_as_lines_between_streamed_text(
 def test_run_asks_for_an_approval_at_the_prompt_and_resumes_with_the_answer(
     cli_env: dict[str, str | None], boundary: ModelBoundary
 ) -> None:
-    boundary.script_scope({"op": "ask", "call": "c1"})
-    boundary.script_scope({"op": "complete", "text": "all done"})
     result = CliRunner().invoke(
         app,
-        ["run", *_scoped(boundary, "asking"), "--interactive", "do the guarded thing"],
+        ["run", *_scoped(boundary, "guarding"), "--interactive", "do the guarded thing"],
         env=dict(cli_env),
         input="maybe\nonce\n",
     )
     assert result.exit_code == ExitCode.COMPLETED, result.output
     assert "Approval needed" in result.output
-    assert "Perform the guarded effect?" in result.output
+    assert "Allow guarded_effect to run?" in result.output
     assert "choose one of: once, decline, cancel" in result.output  # "maybe" was refused
-    assert "all done" in result.output
+    assert "guarded-result" in result.output
     assert boundary.effect_count() == 1
 
 
 def test_run_without_a_terminal_declines_an_approval(
     cli_env: dict[str, str | None], boundary: ModelBoundary
 ) -> None:
-    boundary.script_scope({"op": "ask", "call": "c1"})
-    boundary.script_scope({"op": "complete", "text": "all done"})
-    result = _invoke(cli_env, *_scoped(boundary, "asking"), "--no-interactive", "guarded")
+    result = _invoke(cli_env, *_scoped(boundary, "guarding"), "--no-interactive", "guarded")
     assert result.exit_code == ExitCode.COMPLETED, result.output
     assert "answered" in result.output
     assert "decline" in result.output

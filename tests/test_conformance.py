@@ -45,6 +45,7 @@ from agent_harness_protocol.conformance import (
     AcceptanceFixture,
     AccountingConformanceTests,
     AccountingFixture,
+    AccountingSequenceConformanceTests,
     CleanupBudgetConformanceTests,
     FixtureProfile,
     FixtureResource,
@@ -141,6 +142,14 @@ class TestLifecycle(_Bound, LifecycleConformanceTests):
 class TestAccounting(_Bound, AccountingConformanceTests):
     def accounting_fixture(self) -> FixtureResource[AccountingFixture]:
         return accounting(self.settings, self.model)
+
+
+class TestAccountingSequence(_Bound, AccountingSequenceConformanceTests):
+    """The ``sequence`` profile's model calls a real tool twice (its effects recorded in
+    the worker), measured, then partly measured, then answers with a measured zero."""
+
+    def sequence_fixture(self) -> FixtureResource[AcceptanceFixture]:
+        return acceptance(self.settings, self.model, "sequence", SessionSpec())
 
 
 class TestOutcome(_Bound, OutcomeConformanceTests):

@@ -15,6 +15,7 @@ from agent_harness_protocol.conformance import (
     AcceptanceFixture,
     AccountingConformanceTests,
     AccountingFixture,
+    AccountingSequenceConformanceTests,
     ApprovalScopeConformanceTests,
     CleanupBudgetConformanceTests,
     FixtureResource,
@@ -87,6 +88,11 @@ class TestCleanupUnconfirmedInWorkerProcesses(_InProcesses, CleanupBudgetConform
 class TestAccountingInWorkerProcesses(_InProcesses, AccountingConformanceTests):
     def accounting_fixture(self) -> FixtureResource[AccountingFixture]:
         return accounting(self.settings, self.model)
+
+
+class TestAccountingSequenceInWorkerProcesses(_InProcesses, AccountingSequenceConformanceTests):
+    def sequence_fixture(self) -> FixtureResource[AcceptanceFixture]:
+        return acceptance(self.settings, self.model, "sequence", SessionSpec())
 
 
 class TestOutcomeInWorkerProcesses(_InProcesses, OutcomeConformanceTests):

@@ -4,9 +4,9 @@ performs its effect exactly once.
 The workers are separate OS processes (``celery worker``, prefork). While the task waits
 for its caller, every one of them is killed (process group destroyed, like lost machines)
 and new ones are started; the answer then resumes the paused graph from its checkpoint in
-a process that did not exist when the task paused. The effect is counted where it
-happens (inside the worker, in Redis), the processes are told apart by the pids the model
-recorded with each call.
+a process that did not exist when the task paused. The effect is recorded where it
+happens (the tool, inside the worker, in Redis); the processes are told apart by the pids
+the model and the tool recorded.
 """
 
 from __future__ import annotations
@@ -49,11 +49,9 @@ def _workers(settings: Settings, generation: str) -> list[WorkerProcess]:
 async def test_an_approval_answered_after_all_workers_restarted_performs_the_effect_once(
     restart_settings: Settings, boundary: ModelBoundary
 ) -> None:
-    boundary.script_scope({"op": "ask", "call": "c1"})
-    boundary.script_scope({"op": "complete", "text": "finished"})
     first = _workers(restart_settings, "first")
     second = _workers(restart_settings, "second")
-    harness = scoped_harness(restart_settings, boundary, "asking")
+    harness = scoped_harness(restart_settings, boundary, "guarding")
     try:
         for process in first:
             process.start()
@@ -75,6 +73,8 @@ async def test_an_approval_answered_after_all_workers_restarted_performs_the_eff
 
         assert isinstance(outcome, Completed)
         assert boundary.effect_count() == 1
+        (effect,) = boundary.effects_for(task.id.value)
+        assert process_alive(int(effect["pid"]))  # performed by the new generation
         calls = boundary.calls_for(task.id.value)
         assert len(calls) == 2
         resumed_in = int(str(calls[1]["pid"]))

@@ -10,13 +10,19 @@ import redis
 from agent_harness_protocol import (
     ApprovalDecision,
     ApprovalRequest,
+    ApprovalRequirement,
     ApprovalResponse,
     Cancelled,
+    Capability,
+    CompatibilityStatus,
     Completed,
+    ConditionalSupport,
+    SessionRequirements,
     SessionSpec,
     TaskRequest,
     TaskState,
     TextInput,
+    Unsupported,
 )
 from agent_harness_protocol.conformance import (
     ApprovalScopeConformanceTests,
@@ -28,7 +34,9 @@ from agent_harness_protocol.conformance import (
     ResponseAcceptanceFixture,
 )
 
+from harness.admission import support_report, validate_session
 from wire.keys import Keys
+from wire.profiles import load_profiles
 from wire.records import TaskField
 from wire.settings import Settings
 
@@ -41,9 +49,7 @@ from .support.waiting import wait_for
 async def test_a_paused_task_holds_no_worker_and_resumes_with_the_approved_effect_once(
     settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
 ) -> None:
-    boundary.script_scope({"op": "ask", "call": "c1"})
-    boundary.script_scope({"op": "complete", "text": "finished"})
-    harness = scoped_harness(settings, boundary, "asking")
+    harness = scoped_harness(settings, boundary, "guarding")
     keys = Keys(settings.namespace)
     try:
         task = await (await harness.create_session(SessionSpec())).start_task(
@@ -68,9 +74,9 @@ async def test_a_paused_task_holds_no_worker_and_resumes_with_the_approved_effec
         outcome = await task.await_outcome()
         assert isinstance(outcome, Completed)
         assert outcome.output is not None
-        assert "finished" in outcome.output.text
+        assert outcome.output.text == "guarded-result"
         assert boundary.effect_count() == 1
-        assert len(boundary.calls_for(task.id.value)) == 2  # asked, then resumed
+        assert len(boundary.calls_for(task.id.value)) == 2  # the tool call, then the answer
     finally:
         await harness.aclose()
 
@@ -78,9 +84,7 @@ async def test_a_paused_task_holds_no_worker_and_resumes_with_the_approved_effec
 async def test_a_declined_approval_performs_no_effect(
     settings: Settings, boundary: ModelBoundary
 ) -> None:
-    boundary.script_scope({"op": "ask", "call": "c1"})
-    boundary.script_scope({"op": "complete", "text": "finished"})
-    harness = scoped_harness(settings, boundary, "asking")
+    harness = scoped_harness(settings, boundary, "guarding")
     try:
         task = await (await harness.create_session(SessionSpec())).start_task(
             TaskRequest(TextInput("guarded-effect"))
@@ -91,8 +95,10 @@ async def test_a_declined_approval_performs_no_effect(
         outcome = await task.await_outcome()
         assert isinstance(outcome, Completed)
         assert outcome.output is not None
-        assert outcome.output.text.startswith("decline")
         assert boundary.effect_count() == 0
+        # The model was told, in place of the tool's result.
+        resumed = boundary.calls_for(task.id.value)[-1]
+        assert "declined by the caller" in resumed["texts"]
     finally:
         await harness.aclose()
 
@@ -100,9 +106,7 @@ async def test_a_declined_approval_performs_no_effect(
 async def test_a_cancel_decision_cancels_the_paused_task_at_once_without_the_effect(
     settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
 ) -> None:
-    boundary.script_scope({"op": "ask", "call": "c1"})
-    boundary.script_scope({"op": "complete", "text": "finished"})
-    harness = scoped_harness(settings, boundary, "asking")
+    harness = scoped_harness(settings, boundary, "guarding")
     try:
         task = await (await harness.create_session(SessionSpec())).start_task(
             TaskRequest(TextInput("guarded-effect"))
@@ -146,3 +150,57 @@ class TestApprovalScope(_Bound, ApprovalScopeConformanceTests):
 class TestResponseAcceptance(_Bound, ResponseAcceptanceConformanceTests):
     def response_fixture(self) -> FixtureResource[ResponseAcceptanceFixture]:
         return interactions(self.settings, self.model)
+
+
+async def test_approve_for_session_is_offered_only_with_a_described_grant_and_enforced_by_workers(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    harness = scoped_harness(settings, boundary, "guarding-granted")
+    try:
+        session = await harness.create_session(SessionSpec())
+        first = await session.start_task(TaskRequest(TextInput("first")))
+        await wait_for(lambda: bool(first.pending_interactions))
+        (request,) = first.pending_interactions
+        assert isinstance(request, ApprovalRequest)
+        assert ApprovalDecision.APPROVE_FOR_SESSION in request.available_decisions
+        assert request.session_grant is not None
+        assert "for the rest of this session" in request.session_grant.description
+        await first.respond(
+            request.interaction_id, ApprovalResponse(ApprovalDecision.APPROVE_FOR_SESSION)
+        )
+        assert isinstance(await first.await_outcome(), Completed)
+        assert boundary.effect_count() == 1
+
+        # Granted in this session: the next task's call runs without asking.
+        second = await session.start_task(TaskRequest(TextInput("second")))
+        assert isinstance(await second.await_outcome(), Completed)
+        assert boundary.effect_count() == 2
+        assert len(boundary.effects_for(second.id.value)) == 1
+
+        # Another session has no grant: it asks again.
+        other = await (await harness.create_session(SessionSpec())).start_task(
+            TaskRequest(TextInput("elsewhere"))
+        )
+        await wait_for(lambda: bool(other.pending_interactions))
+        assert boundary.effect_count() == 2
+        await other.request_cancellation()
+        assert isinstance(await other.await_outcome(), Cancelled)
+        assert boundary.effect_count() == 2
+    finally:
+        await harness.aclose()
+
+
+def test_caller_approval_is_admitted_only_for_profiles_with_approval_gated_tools() -> None:
+    registry = load_profiles("tests.support.profiles:PROFILES")
+    caller = SessionSpec(
+        requirements=SessionRequirements(approval=ApprovalRequirement.CALLER_DECIDES)
+    )
+    reviewed = SessionSpec(
+        requirements=SessionRequirements(approval=ApprovalRequirement.AGENT_REVIEWED)
+    )
+    guarding, plain = registry["guarding"], registry["confirmed"]
+    assert isinstance(support_report(guarding)[Capability.CALLER_APPROVAL], ConditionalSupport)
+    assert validate_session(guarding, caller).status is CompatibilityStatus.COMPATIBLE
+    assert validate_session(guarding, reviewed).status is CompatibilityStatus.INCOMPATIBLE
+    assert isinstance(support_report(plain)[Capability.CALLER_APPROVAL], Unsupported)
+    assert validate_session(plain, caller).status is CompatibilityStatus.INCOMPATIBLE

@@ -2,7 +2,8 @@
 
 An embedded Redis (unless ``--redis-url`` / ``REDIS_URL`` names one), one worker as a
 separate OS process, and one session with two tasks whose events stream live. The model
-is the scripted stand-in of the ``scripted`` profile, never a real LLM.
+is the scripted stand-in of the ``scripted-agent`` profile, never a real LLM; it calls one
+harmless tool (``word_count``) per task before answering.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .worker_process import WorkerProcess
 
 __all__ = ["QUESTIONS", "run_demo"]
 
+DEMO_PROFILE = "scripted-agent"
 QUESTIONS = ("What is the capital of France?", "And what did I ask you before?")
 TASK_TIMEOUT = 60.0
 CLEANUP_TIMEOUT = 10.0
@@ -112,7 +114,7 @@ async def _cleanup(harness: CeleryHarness, session: AgentSession | None) -> bool
 
 
 async def _converse(settings: Settings) -> bool:
-    harness = CeleryHarness(settings, profile="scripted")
+    harness = CeleryHarness(settings, profile=DEMO_PROFILE)
     session: AgentSession | None = None
     completed = False
     interrupt = _Interrupt()
@@ -136,8 +138,9 @@ def run_demo(redis_url: str | None) -> None:
     console.print(
         Panel(
             "The model in this demo is workers.scripted_model:ScriptedChatModel, a "
-            "[bold]scripted stand-in, not a real LLM[/]: it quotes the questions of the "
-            "session, to show that the second task sees the first.",
+            "[bold]scripted stand-in, not a real LLM[/]: it calls one harmless tool "
+            "(word_count) and quotes the questions of the session, to show a tool call and "
+            "that the second task sees the first.",
             title="AHP on Celery: demo",
         ),
         soft_wrap=False,
@@ -163,7 +166,7 @@ def run_demo(redis_url: str | None) -> None:
             namespace=f"demo-{suffix}",
             queue=f"ahp.demo.{suffix}",
             profiles="wire.default_profiles:PROFILES",
-            profile="scripted",
+            profile=DEMO_PROFILE,
         )
         process = WorkerProcess(
             settings, 2, "prefork", loglevel="warning", log_path=workdir / "worker.log"

@@ -25,6 +25,7 @@ from agent_harness_protocol import (
     TaskStarted,
     TerminalEvent,
     TextOutput,
+    ToolCallChanged,
     Unresolved,
     UsageChanged,
 )
@@ -62,7 +63,15 @@ def print_event(event: TaskEvent, streaming: bool) -> bool:
     if isinstance(event, TaskStarted):
         console.print(f"  [cyan]TaskStarted[/]    task {event.task_id.value}")
     elif isinstance(event, MessageCompleted):
-        console.print(f"  [cyan]MessageCompleted[/] ({len(event.text)} characters)")
+        line = f"{event.role.value}, {len(event.text)} characters"
+        console.print(f"  [cyan]MessageCompleted[/] ({line})")
+    elif isinstance(event, ToolCallChanged):
+        detail = {
+            "started": event.arguments,
+            "completed": event.result,
+        }.get(event.status.value, event.error)
+        console.print("  [cyan]ToolCallChanged[/]  ", end="")
+        console.print(f"{event.status.value} {event.name}: {detail}", markup=False)
     elif isinstance(event, UsageChanged):
         line = f"task {usage_text(event.task)}, session {usage_text(event.session)}"
         console.print(f"  [cyan]UsageChanged[/]   {line}")

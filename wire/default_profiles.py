@@ -2,13 +2,16 @@
 
 ``scripted`` runs a deterministic, clearly labelled scripted model (no provider, no
 network): it answers by quoting what it was asked and what the conversation held, so a
-demo shows that the second task of a session saw the first. Real deployments point
+demo shows that the second task of a session saw the first. ``scripted-agent`` is the
+same model as an agent with one harmless tool (``word_count``, no effect) that it calls
+once per task before answering: the demo's tool call. ``scripted`` stays model-only (one
+model call per task), the workload the benchmarks measure. Real deployments point
 ``AHP_PROFILES`` at their own registry.
 """
 
 from agent_harness_protocol import ContextRetentionDisposition, UserHistoryVisibility
 
-from .profiles import AgentProfile, CancellationSemantics, ModelSpec
+from .profiles import AgentProfile, CancellationSemantics, ModelSpec, ToolSpec
 
 SCRIPTED = AgentProfile(
     name="scripted",
@@ -20,4 +23,22 @@ SCRIPTED = AgentProfile(
     description="Scripted in-process model for demos: no provider, deterministic replies.",
 )
 
-PROFILES = {SCRIPTED.name: SCRIPTED}
+WORD_COUNT = ToolSpec(
+    name="word_count",
+    target="workers.demo_tools:word_count",
+    description="Count the words of a text.",
+    effect="none: reads its argument only",
+)
+
+SCRIPTED_AGENT = AgentProfile(
+    name="scripted-agent",
+    model=SCRIPTED.model,
+    model_id=SCRIPTED.model_id,
+    cancellation=SCRIPTED.cancellation,
+    retention=SCRIPTED.retention,
+    history_visibility=SCRIPTED.history_visibility,
+    description="The scripted model as an agent: one deterministic call of a harmless tool.",
+    tools=(WORD_COUNT,),
+)
+
+PROFILES = {SCRIPTED.name: SCRIPTED, SCRIPTED_AGENT.name: SCRIPTED_AGENT}

@@ -1,8 +1,10 @@
 """Agent profiles: the one declaration that callers and workers both load.
 
 A profile names the chat model a worker builds (by import path, never by a pickled
-object), the model identity admitted for ``SessionSpec.model``, what cancelling the model
-coroutine proves, and the disposition facts the harness cannot observe. Callers derive
+object), the model identity admitted for ``SessionSpec.model``, the tools the agent may
+call (each by import path, with its effect and approval policy), the safeguards that bound
+a run, an optional task pipeline, what cancelling the model coroutine proves, and the
+disposition facts the harness cannot observe. Callers derive
 ``support``, ``validate()`` and admission from it; workers build the graph from it. The
 session record stores the profile name and a digest of the declaration, so a worker that
 loaded a different declaration refuses the task instead of running something else.
@@ -52,10 +54,146 @@ class ModelSpec:
     options: Mapping[str, JsonValue] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        module, _, attribute = self.target.partition(":")
-        if not module or not attribute:
-            raise ProfileError(f"model target {self.target!r} must be 'package.module:Attribute'")
+        _require_target("model", self.target)
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+
+def _require_target(kind: str, target: str) -> None:
+    module, _, attribute = target.partition(":")
+    if not module or not attribute:
+        raise ProfileError(f"{kind} target {target!r} must be 'package.module:Attribute'")
+
+
+class ToolApproval(StrEnum):
+    """Whether a tool call needs the caller's approval before its effect."""
+
+    NONE = "none"
+    REQUIRED = "required"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool the agent may call.
+
+    ``target`` is an import path ``"package.module:attribute"`` of a LangChain ``BaseTool``
+    (whose ``name`` must equal ``name``) or of a plain (sync or async) callable, which the
+    worker wraps as a structured tool named ``name`` with ``description``. ``effect`` says
+    what a call changes, in words shown to an approver. ``session_grant``, when set,
+    describes the enforced scope of an approve-for-session grant; ``None`` means
+    approve-for-session is not offered for this tool.
+    """
+
+    name: str
+    target: str
+    description: str
+    effect: str = "none: reads only"
+    approval: ToolApproval = ToolApproval.NONE
+    session_grant: str | None = None
+
+    def __post_init__(self) -> None:
+        require_valid_id("tool", self.name)
+        _require_target("tool", self.target)
+        if not self.description.strip():
+            raise ProfileError(f"tool {self.name!r} needs a description (the model reads it)")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "target": self.target,
+            "description": self.description,
+            "effect": self.effect,
+            "approval": self.approval.value,
+            "session_grant": self.session_grant,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Safeguards:
+    """Bounds on one task's run (seed 001); ``None`` turns a safeguard off.
+
+    ``max_steps``: model calls per task; the run that would need one more ends
+    ``Completed(stop_reason=ITERATION_LIMIT)``. ``loop_window`` / ``loop_repeats``: a tool
+    action (tool name and canonical arguments) seen ``loop_repeats`` times among the task's
+    last ``loop_window`` actions ends ``Completed(stop_reason=LOOP_DETECTED)`` before it runs
+    again. ``token_budget``: measured tokens per task; a model call that takes the task past
+    it ends ``Failed(BUDGET_EXCEEDED)``.
+    """
+
+    max_steps: int | None = 25
+    loop_window: int = 6
+    loop_repeats: int | None = 3
+    token_budget: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "loop_repeats", "token_budget"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ProfileError(f"safeguard {name} must be at least 1 (or None for off)")
+        if self.loop_window < 1:
+            raise ProfileError("safeguard loop_window must be at least 1")
+        if self.loop_repeats is not None and self.loop_repeats > self.loop_window:
+            raise ProfileError("safeguard loop_repeats cannot exceed loop_window")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_steps": self.max_steps,
+            "loop_window": self.loop_window,
+            "loop_repeats": self.loop_repeats,
+            "token_budget": self.token_budget,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineStep:
+    """One step of a task pipeline (seed 002): its instruction and the tools (names of the
+    profile's tools) visible while it is in progress."""
+
+    name: str
+    instruction: str
+    tools: tuple[str, ...] = ()
+    required: bool = True
+
+    def __post_init__(self) -> None:
+        require_valid_id("pipeline step", self.name)
+        object.__setattr__(self, "tools", tuple(self.tools))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "instruction": self.instruction,
+            "tools": list(self.tools),
+            "required": self.required,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """An ordered task pipeline; its semantics live with the steering middleware."""
+
+    steps: tuple[PipelineStep, ...]
+    global_tools: tuple[str, ...] = ()
+    enforce_order: bool = True
+    max_nudges: int = 3
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", tuple(self.steps))
+        object.__setattr__(self, "global_tools", tuple(self.global_tools))
+        if not self.steps:
+            raise ProfileError("a pipeline needs at least one step")
+        names = [step.name for step in self.steps]
+        if len(set(names)) != len(names):
+            raise ProfileError("pipeline step names must be unique")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "steps": [step.to_json() for step in self.steps],
+            "global_tools": list(self.global_tools),
+            "enforce_order": self.enforce_order,
+            "max_nudges": self.max_nudges,
+        }
+
+
+_DEFAULT_SAFEGUARDS = Safeguards()
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +207,35 @@ class AgentProfile:
     retention: ContextRetentionDisposition = ContextRetentionDisposition.UNKNOWN
     history_visibility: UserHistoryVisibility = UserHistoryVisibility.UNKNOWN
     description: str = ""
+    tools: tuple[ToolSpec, ...] = ()
+    safeguards: Safeguards = _DEFAULT_SAFEGUARDS
+    pipeline: Pipeline | None = None
+    questions: bool = False
+    """Whether the agent gets the built-in question tool (``ask_caller``)."""
 
     def __post_init__(self) -> None:
         require_valid_id("profile", self.name)
+        object.__setattr__(self, "tools", tuple(self.tools))
+        names = [tool.name for tool in self.tools]
+        if len(set(names)) != len(names):
+            raise ProfileError(f"profile {self.name!r}: tool names must be unique")
+        if self.pipeline is not None:
+            known = set(names)
+            for step in self.pipeline.steps:
+                for tool in (*step.tools, *self.pipeline.global_tools):
+                    if tool not in known:
+                        raise ProfileError(
+                            f"profile {self.name!r}: pipeline names tool {tool!r}, "
+                            "which the profile does not declare"
+                        )
+
+    def tool(self, name: str) -> ToolSpec | None:
+        return next((tool for tool in self.tools if tool.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        """Everything that changes behaviour. The agent features appear only when they
+        differ from their defaults, so a profile that declares none keeps its digest."""
+        data: dict[str, Any] = {
             "name": self.name,
             "model": {"target": self.model.target, "options": dict(self.model.options)},
             "model_id": self.model_id,
@@ -82,6 +243,15 @@ class AgentProfile:
             "retention": self.retention.value,
             "history_visibility": self.history_visibility.value,
         }
+        if self.tools:
+            data["tools"] = [tool.to_json() for tool in self.tools]
+        if self.safeguards != _DEFAULT_SAFEGUARDS:
+            data["safeguards"] = self.safeguards.to_json()
+        if self.pipeline is not None:
+            data["pipeline"] = self.pipeline.to_json()
+        if self.questions:
+            data["questions"] = True
+        return data
 
     @property
     def digest(self) -> str:

@@ -13,6 +13,7 @@ WorkerError (RuntimeError)
 │                          (``profile``: its name)
 ├── ModelBuildError        the profile's chat model could not be built
 ├── InteractionError       a resume value does not answer the interaction its node asked
+├── ToolBuildError         a tool the profile declares could not be built
 └── RedisModulesMissingError the checkpoint Redis lacks the Query Engine or JSON
 """
 
@@ -87,6 +88,10 @@ class ProfileMismatchError(WorkerError):
 
 class ModelBuildError(WorkerError):
     """The chat model named by a profile could not be imported or constructed."""
+
+
+class ToolBuildError(WorkerError):
+    """A tool named by a profile could not be imported or wrapped."""
 
 
 class RedisModulesMissingError(WorkerError):

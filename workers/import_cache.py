@@ -1,12 +1,12 @@
 """Make known-missing optional imports fail fast.
 
 The Redis checkpointer's reviver tries ``import langchain.schema.messages`` for every
-stored message before falling back to ``langchain_core``. Without the ``langchain``
-package that import fails, and Python does not cache failures: every attempt scans
-``sys.path`` again. At turn 200 of a session this dominated a turn's CPU time. When
-``langchain`` is absent at worker start, this finder answers those imports with the same
-``ModuleNotFoundError`` at once. Installing ``langchain`` later in a running worker is
-not supported (restart the worker).
+stored message before falling back to ``langchain_core``. ``langchain`` 1.x (the agent
+factory the workers use) has no ``langchain.schema``, so that import fails, and Python
+does not cache failures: every attempt searches again. At turn 200 of a session this
+dominated a turn's CPU time. When ``langchain.schema`` is absent at worker start, this
+finder answers those imports with the same ``ModuleNotFoundError`` at once. Installing
+it later in a running worker is not supported (restart the worker).
 """
 
 from __future__ import annotations
@@ -41,7 +41,10 @@ def fail_fast_if_missing(package: str) -> bool:
         for finder in sys.meta_path
     ):
         return True
-    if importlib.util.find_spec(package) is not None:
-        return False
+    try:
+        if importlib.util.find_spec(package) is not None:
+            return False
+    except ModuleNotFoundError:
+        pass  # its parent package is missing too
     sys.meta_path.insert(0, _MissingPackageFinder(package))
     return True

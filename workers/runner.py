@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from agent_harness_protocol import (
     AgentUsage,
@@ -17,6 +16,7 @@ from agent_harness_protocol import (
     DiagnosticsRequirement,
     Failed,
     FailureKind,
+    StopReason,
     TaskId,
     TaskOutcome,
     TaskState,
@@ -55,6 +55,7 @@ from wire.store import (
     SettleResult,
 )
 
+from .approval_route import APPROVAL_METADATA
 from .errors import (
     ModelCallCancelledError,
     ProfileMismatchError,
@@ -62,11 +63,12 @@ from .errors import (
     StaleLeaseError,
 )
 from .event_sink import EventSink
-from .graph import ModelCalls, ModelGraph
+from .graph import AgentGraph, ModelCalls
 from .interrupts import Pause, resume_values
 from .lease import SessionLease
 from .loss import loss_policy
 from .pruning import CheckpointPruner
+from .stream_items import HaltReason
 from .turn import TurnResult, TurnTranslator, run_turn
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ class GraphProvider:
 
     calls: ModelCalls
 
-    async def graph(self, profile: AgentProfile) -> ModelGraph:
+    async def graph(self, profile: AgentProfile) -> AgentGraph:
         raise NotImplementedError
 
 
@@ -267,7 +269,13 @@ class TaskRunner:
             graph = await self._graphs.graph(profile)
         except Exception as error:
             return _failed(task, error)
-        metadata = {**labels, "ahp_task_id": live.task_id, "ahp_session_id": session_id}
+        metadata = {
+            **labels,
+            "ahp_task_id": live.task_id,
+            "ahp_session_id": session_id,
+            # How the session wants approval-gated tool calls decided (the approval route).
+            APPROVAL_METADATA: spec.requirements.approval.value,
+        }
         self._graphs.calls.guard(live.task_id, lambda: self._cancel_gate(live))
         # What the task's runs measured before it paused for the caller.
         base = usage_from_json(loads(record.get(TaskField.PAUSED_USAGE) or "{}"))
@@ -293,6 +301,8 @@ class TaskRunner:
                     session_usage,
                     diagnostics=spec.requirements.diagnostics is DiagnosticsRequirement.REQUIRED,
                     usage_known=not resumed,
+                    tools=graph.has_tools,
+                    usage_before=base if paused_before else None,
                 )
                 execution = asyncio.create_task(
                     run_turn(
@@ -308,9 +318,9 @@ class TaskRunner:
                     )
                 )
                 try:
-                    outcome = await self._supervise(task, live, profile, execution, resumed)
-                    if paused_before:
-                        outcome = _with_base_usage(outcome, base)
+                    outcome = await self._supervise(
+                        task, live, profile, execution, resumed, translator
+                    )
                 except asyncio.CancelledError:
                     # The worker is stopping mid-run: end the graph run before handing it
                     # back.
@@ -453,6 +463,7 @@ class TaskRunner:
         profile: AgentProfile,
         execution: asyncio.Task[TurnResult],
         resumed: bool,
+        translator: TurnTranslator,
     ) -> TaskOutcome | Pause | None:
         stop = asyncio.create_task(_first_of(live.cancel_requested, live.lease_lost))
         try:
@@ -461,7 +472,7 @@ class TaskRunner:
             stop.cancel()
         model_started = self._graphs.calls.started(live.task_id)
         if execution.done():
-            return _settled_result(task, execution, profile, model_started, resumed)
+            return _settled_result(task, execution, profile, model_started, resumed, translator)
         # Deliver one cancellation: to the model call if one is running, else to the run.
         delivered = self._graphs.calls.cancel(live.task_id)
         if live.lease_lost.is_set() or not delivered:
@@ -472,7 +483,12 @@ class TaskRunner:
             return None
         if execution.done():
             return _settled_result(
-                task, execution, profile, self._graphs.calls.started(live.task_id), resumed
+                task,
+                execution,
+                profile,
+                self._graphs.calls.started(live.task_id),
+                resumed,
+                translator,
             )
         raise _OutlivedBudget(
             Unresolved(
@@ -647,10 +663,14 @@ def _settled_result(
     profile: AgentProfile,
     model_started: bool,
     resumed: bool,
+    translator: TurnTranslator,
 ) -> TaskOutcome | Pause | None:
-    cancelled = execution.cancelled() or isinstance(
-        execution.exception(), ModelCallCancelledError | RunCancelledError
-    )
+    if not execution.cancelled() and isinstance(execution.exception(), RunCancelledError):
+        # Stopped at a step boundary (before a model call or a tool's effect): no model
+        # call was in flight, nothing can still be running. Usage: what the turn measured
+        # (zero if it called no model; unknown if a lost run may have).
+        return Cancelled(task, usage=translator.usage)
+    cancelled = execution.cancelled() or isinstance(execution.exception(), ModelCallCancelledError)
     if cancelled:
         if not model_started:
             # This run never invoked the model: nothing can still be running. A resumed
@@ -674,20 +694,25 @@ def _settled_result(
     result = execution.result()
     if result.asks:
         return Pause(result.asks, result.usage)
+    if result.halt is not None:
+        partial = None if result.text is None else TextOutput(result.text, complete=False)
+        if result.halt.reason is HaltReason.BUDGET_EXCEEDED:
+            return Failed(
+                task,
+                FailureKind.BUDGET_EXCEEDED,
+                result.halt.detail,
+                output=partial,
+                usage=result.usage,
+            )
+        return Completed(task, _HALT_STOP[result.halt.reason], partial, result.usage)
     output = None if result.text is None else TextOutput(result.text)
     return Completed(task, result.stop_reason, output, result.usage)
 
 
-def _with_base_usage(
-    outcome: TaskOutcome | Pause | None, base: AgentUsage
-) -> TaskOutcome | Pause | None:
-    """A run resuming a paused task adds what the runs before the pause measured."""
-    if isinstance(outcome, Pause):
-        return Pause(outcome.payloads, base + outcome.usage)
-    if outcome is None:
-        return None
-    updated: TaskOutcome = dataclasses.replace(cast(Any, outcome), usage=base + outcome.usage)
-    return updated
+_HALT_STOP = {
+    HaltReason.ITERATION_LIMIT: StopReason.ITERATION_LIMIT,
+    HaltReason.LOOP_DETECTED: StopReason.LOOP_DETECTED,
+}
 
 
 __all__ = ["GraphProvider", "LiveRun", "TaskRunner", "ThreadDeleter"]

@@ -28,16 +28,18 @@ from wire.redis_options import pool_options
 from wire.settings import Settings
 from wire.store import RecordStore
 
+from .approval_route import CallerApprovalRoute
 from .checkpoints import FencedRedisSaver
 from .control import CancelListener, MaintenanceConsumer
 from .errors import FencingUnavailableError, RedisModulesMissingError, RuntimeStoppedError
-from .graph import ModelCalls, ModelGraph
+from .graph import AgentGraph, ModelCalls
 from .import_cache import fail_fast_if_missing
 from .models import build_model
 from .pruning import CheckpointPruner
 from .run_summary import RunSummary, read_summary
 from .runner import GraphProvider, LiveRun, TaskRunner, ThreadDeleter
 from .sweeper import LeaseSweeper
+from .tools import build_tools
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,15 +57,23 @@ def _pool(url: str, settings: Settings, *, decode: bool) -> BlockingConnectionPo
 
 
 class _Graphs(GraphProvider):
-    def __init__(self, saver: FencedRedisSaver) -> None:
+    def __init__(self, saver: FencedRedisSaver, store: RecordStore) -> None:
         self._saver = saver
-        self._graphs: dict[str, ModelGraph] = {}
+        self._approvals = CallerApprovalRoute(store)
+        self._graphs: dict[str, AgentGraph] = {}
         self.calls = ModelCalls()
 
-    async def graph(self, profile: AgentProfile) -> ModelGraph:
+    async def graph(self, profile: AgentProfile) -> AgentGraph:
         graph = self._graphs.get(profile.digest)
         if graph is None:
-            graph = ModelGraph(build_model(profile.model), self._saver, self.calls)
+            graph = AgentGraph(
+                build_model(profile.model),
+                build_tools(profile.tools),
+                profile,
+                self._saver,
+                self.calls,
+                approvals=self._approvals,
+            )
             self._graphs[profile.digest] = graph
         return graph
 
@@ -115,7 +125,7 @@ class _LoopState:
             settings=settings,
             store=self.store,
             profiles=profiles,
-            graphs=_Graphs(self.saver),
+            graphs=_Graphs(self.saver, self.store),
             runs=self.runs,
             token=self.token,
             delete_thread=self.deleter,
@@ -197,7 +207,7 @@ class WorkerRuntime:
     ):
         """``republish(task_id, session_id)`` publishes a run message again (from a worker
         thread); without it this process does not sweep for lost tasks."""
-        fail_fast_if_missing("langchain")
+        fail_fast_if_missing("langchain.schema")
         self.settings = settings
         self._republish = republish
         self.profiles = profiles if profiles is not None else load_profiles(settings.profiles)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
@@ -17,7 +17,9 @@ from agent_harness_protocol import (
     ProviderDiagnostic,
     StopReason,
     TaskId,
+    ToolCallChanged,
     UsageChanged,
+    WorkId,
 )
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 
@@ -27,8 +29,14 @@ from wire.provider import PROVIDER
 
 from .effects import effect_of
 from .event_sink import EventSink
-from .graph import TASK_ID, ModelGraph
+from .graph import TASK_ID, AgentGraph, ResumeKind
 from .interrupts import INTERRUPT_KEY, interrupts_of
+from .stream_items import Halt, halt_of, tool_change_of
+from .usage import session_snapshot, usage_of
+
+__all__ = ["TurnResult", "TurnTranslator", "run_turn", "session_snapshot", "usage_of"]
+
+MODEL_NODE = "model"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,31 +44,10 @@ class TurnResult:
     text: str | None
     usage: AgentUsage
     stop_reason: StopReason
+    halt: Halt | None = None
+    """The safeguard that ended the turn; ``text`` is then the partial output."""
     asks: tuple[InteractionPayload, ...] = ()
     """What the turn stopped to ask the caller (its interrupts): the task pauses."""
-
-
-def usage_of(message: BaseMessage) -> AgentUsage:
-    """``usage_metadata`` as AgentUsage; a missing field is unknown (None), never zero."""
-    metadata: Mapping[str, Any] | None = getattr(message, "usage_metadata", None)
-    if not metadata:
-        return AgentUsage.UNKNOWN
-    input_details: Mapping[str, Any] = metadata.get("input_token_details") or {}
-    output_details: Mapping[str, Any] = metadata.get("output_token_details") or {}
-    return AgentUsage(
-        input_tokens=metadata.get("input_tokens"),
-        cached_input_tokens=input_details.get("cache_read"),
-        output_tokens=metadata.get("output_tokens"),
-        reasoning_tokens=output_details.get("reasoning"),
-        total_tokens=metadata.get("total_tokens"),
-        cache_write_input_tokens=input_details.get("cache_creation"),
-    )
-
-
-def session_snapshot(usage: AgentUsage) -> AgentUsage | None:
-    """The session usage to report: none at all when nothing of it was ever measured
-    (every field unknown), as the settle script reports it."""
-    return None if usage == AgentUsage.UNKNOWN else usage
 
 
 def text_of(message: BaseMessage) -> str | None:
@@ -85,7 +72,15 @@ def stop_reason_of(message: BaseMessage) -> StopReason:
 
 
 class TurnTranslator:
-    """Feeds the event sink while a turn streams; remembers the final AI message."""
+    """Feeds the event sink while a turn streams; keeps the turn's usage and messages.
+
+    After each model call: a cumulative ``UsageChanged`` (an unmeasured call makes the
+    total unknown, field by field); its text as ``MessageCompleted`` with role
+    ``COMMENTARY`` when tool calls follow it. The final answer's ``MessageCompleted``
+    (role ``ANSWER``) goes out when the turn finishes. Deltas carry ``ANSWER`` for an
+    agent without tools; with tools, ``UNKNOWN`` until the message shows a tool call
+    (then ``COMMENTARY``): the completed message's role is the one to trust.
+    """
 
     def __init__(
         self,
@@ -94,14 +89,32 @@ class TurnTranslator:
         session_usage: AgentUsage,
         diagnostics: bool,
         usage_known: bool = True,
+        tools: bool = False,
+        usage_before: AgentUsage | None = None,
     ) -> None:
+        """``usage_before``: what the task's runs measured before it paused for the
+        caller (a run resuming it goes on counting from there)."""
         self._task_id = task_id
         self._sink = sink
         self._session_usage = session_usage
         self._diagnostics = diagnostics
-        self._usage_known = usage_known
-        self._final: AIMessage | None = None
+        self._tools = tools
+        # A resumed task's lost run may have used tokens nobody measured.
+        self._usage = AgentUsage.ZERO if usage_known else AgentUsage.UNKNOWN
+        if usage_before is not None:
+            self._usage = usage_before + self._usage
+        self._usage_reported = False
         self._asks: list[InteractionPayload] = []
+        self._final: AIMessage | None = None
+        self._pending_answer: AIMessage | None = None
+        self._texts: list[str] = []
+        self._calling_tools: set[str] = set()
+        self._halt: Halt | None = None
+
+    @property
+    def usage(self) -> AgentUsage:
+        """The turn's usage so far (what a cancelled turn acquired)."""
+        return self._usage
 
     def _emit(self, event: Any) -> None:
         tag, payload = event_to_entry(event)
@@ -113,58 +126,128 @@ class TurnTranslator:
             tag, body = diagnostic_to_entry(diagnostic)
             self._sink.emit(DIAGNOSTIC, tag, body)
 
+    def _message_id(self, message: BaseMessage) -> MessageId:
+        return MessageId(message.id or uuid4().hex)
+
+    def _delta_role(self, chunk: AIMessageChunk, message_id: str) -> MessageRole:
+        if not self._tools:
+            return MessageRole.ANSWER
+        if chunk.tool_call_chunks:
+            self._calling_tools.add(message_id)
+        return MessageRole.COMMENTARY if message_id in self._calling_tools else MessageRole.UNKNOWN
+
     def observe(self, mode: str, payload: Any) -> None:
         if mode == "messages":
             chunk, metadata = payload
             node = str(metadata.get("langgraph_node", ""))
-            if isinstance(chunk, AIMessageChunk) and chunk.text:
-                message_id = MessageId(chunk.id or self._task_id.value)
-                self._emit(MessageDelta(self._task_id, message_id, chunk.text, MessageRole.ANSWER))
+            if isinstance(chunk, AIMessageChunk):
+                message_id = chunk.id or self._task_id.value
+                role = self._delta_role(chunk, message_id)
+                if chunk.text:
+                    self._emit(MessageDelta(self._task_id, MessageId(message_id), chunk.text, role))
             self._diagnose("messages", {"node": node, "text": getattr(chunk, "text", "")})
-        elif mode == "custom":
-            effect = effect_of(self._task_id, payload)
-            if effect is not None:
-                self._emit(effect)
         elif mode == "updates":
             self._asks.extend(interrupts_of(payload or {}))
             for node, update in (payload or {}).items():
                 if node == INTERRUPT_KEY:
                     continue
                 messages = (update or {}).get("messages", []) if isinstance(update, dict) else []
-                for message in messages:
-                    if isinstance(message, AIMessage):
-                        self._final = message
+                if node == MODEL_NODE:
+                    for message in messages:
+                        if isinstance(message, AIMessage):
+                            self._model_message(message)
                 self._diagnose("updates", {"node": str(node), "messages": len(messages)})
+        elif mode == "custom":
+            effect = effect_of(self._task_id, payload)
+            if effect is not None:
+                self._emit(effect)
+            change = tool_change_of(payload)
+            if change is not None:
+                self._emit(
+                    ToolCallChanged(
+                        self._task_id,
+                        WorkId(change.work_id or uuid4().hex),
+                        change.name,
+                        change.status,
+                        change.arguments,
+                        change.result,
+                        change.error,
+                    )
+                )
+            halt = halt_of(payload)
+            if halt is not None:
+                self._halt = halt
+            self._diagnose("custom", {"keys": sorted(payload) if isinstance(payload, dict) else []})
 
-    def adopt(self, final: AIMessage) -> None:
-        """The turn's answer, read back from the checkpoint a lost run wrote."""
-        self._final = final
+    def _model_message(self, message: AIMessage) -> None:
+        """One model call's message: its usage, and its text once its role is known."""
+        if self._pending_answer is not None:
+            # The model was called again after an answer (a pipeline's nudge): that
+            # answer was commentary on the way.
+            self._complete(self._pending_answer, MessageRole.COMMENTARY)
+            self._pending_answer = None
+        text = text_of(message)
+        if text:
+            self._texts.append(text)
+        if message.tool_calls:
+            self._complete(message, MessageRole.COMMENTARY)
+        else:
+            self._pending_answer = message
+        self._final = message
+        self._usage = self._usage + usage_of(message)
+        self._report_usage()
+
+    def _complete(self, message: AIMessage, role: MessageRole) -> None:
+        text = text_of(message)
+        if text:
+            self._emit(MessageCompleted(self._task_id, self._message_id(message), text, role))
+
+    def _report_usage(self) -> None:
+        session = session_snapshot(self._session_usage + self._usage)
+        self._emit(UsageChanged(self._task_id, self._usage, session))
+        self._usage_reported = True
+
+    def adopt(self, turn: Iterable[BaseMessage], halt: Halt | None = None) -> None:
+        """The turn's messages so far, read back from the checkpoint a lost run wrote. They
+        count for the result (text, partial output) but are not reported again."""
+        for message in turn:
+            if isinstance(message, AIMessage):
+                text = text_of(message)
+                if text:
+                    self._texts.append(text)
+                self._final = message
+        if halt is not None:
+            self._halt = halt
 
     def finish(self) -> TurnResult:
         final = self._final
         if self._asks:
-            # Paused for the caller: the answer is still to come.
-            usage = (
-                usage_of(final)
-                if final is not None and self._usage_known
-                else (AgentUsage.ZERO if self._usage_known else AgentUsage.UNKNOWN)
-            )
-            return TurnResult(None, usage, StopReason.FINISHED, tuple(self._asks))
+            # Paused for the caller: the turn's answer is still to come.
+            if not self._usage_reported:
+                self._report_usage()
+            partial = "\n\n".join(self._texts) if self._texts else None
+            return TurnResult(partial, self._usage, StopReason.FINISHED, asks=tuple(self._asks))
         if final is None:
             return TurnResult(None, AgentUsage.UNKNOWN, StopReason.PROVIDER_STOPPED)
-        text = text_of(final)
-        # A resumed task's lost run may have used tokens nobody measured.
-        usage = usage_of(final) if self._usage_known else AgentUsage.UNKNOWN
-        if text is not None:
-            message_id = MessageId(final.id or uuid4().hex)
-            self._emit(MessageCompleted(self._task_id, message_id, text, MessageRole.ANSWER))
-        session = session_snapshot(self._session_usage + usage)
-        self._emit(UsageChanged(self._task_id, usage, session))
-        return TurnResult(text, usage, stop_reason_of(final))
+        if self._pending_answer is not None and self._halt is None:
+            self._complete(self._pending_answer, MessageRole.ANSWER)
+        elif self._pending_answer is not None:
+            self._complete(self._pending_answer, MessageRole.COMMENTARY)
+        self._pending_answer = None
+        if not self._usage_reported:
+            self._report_usage()
+        if self._halt is not None:
+            partial = "\n\n".join(self._texts) if self._texts else None
+            return TurnResult(partial, self._usage, StopReason.FINISHED, self._halt)
+        if final.tool_calls:
+            # Ended with tool calls unanswered and no safeguard: the run stopped short.
+            partial = "\n\n".join(self._texts) if self._texts else None
+            return TurnResult(partial, self._usage, StopReason.PROVIDER_STOPPED)
+        return TurnResult(text_of(final), self._usage, stop_reason_of(final))
 
 
 async def run_turn(
-    graph: ModelGraph,
+    graph: AgentGraph,
     translator: TurnTranslator,
     thread_id: str,
     text: str,
@@ -175,16 +258,24 @@ async def run_turn(
     lease: object | None = None,
     resume: Mapping[str, Any] | None = None,
 ) -> TurnResult:
-    """Run the turn; a resumed task whose lost run already checkpointed its answer is
-    finished from that checkpoint instead of running (and appending its input) again.
-    ``resume`` resumes a turn paused at interrupts with the caller's responses."""
+    """Run the turn. A resumed task whose lost run already checkpointed its whole turn is
+    finished from that checkpoint; one whose run stopped mid-turn runs on from there
+    (instead of running, and appending its input, again). ``resume`` resumes a turn
+    paused at interrupts with the caller's responses."""
     task_id = str(metadata.get(TASK_ID, ""))
-    if resumed and resume is None:
-        answer = await graph.checkpointed_answer(thread_id, task_id)
-        if answer is not None:
-            translator.adopt(answer)
+    turn_input: str | None = text
+    if resume is not None:
+        turn_input = None
+    elif resumed:
+        point = await graph.resume_point(thread_id, task_id)
+        if point.kind is not ResumeKind.FRESH:
+            translator.adopt(point.turn, point.halt)
+        if point.kind is ResumeKind.FINISHED:
             return translator.finish()
-    stream = graph.stream_turn(thread_id, text, instructions, metadata, lease, resume)
-    async for mode, payload in stream:
+        if point.kind is ResumeKind.CONTINUE:
+            turn_input = None
+    async for mode, payload in graph.stream_turn(
+        thread_id, turn_input, instructions, metadata, lease, resume
+    ):
         translator.observe(mode, payload)
     return translator.finish()

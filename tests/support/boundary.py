@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 from uuid import uuid4
 
 from redis import Redis
@@ -20,11 +21,11 @@ from .controlled_model import (
     PREFIX,
     SCOPE,
     deaf_key,
-    effects_key,
     live_members,
     scope_script_key,
     script_key,
 )
+from .tools import EFFECTS
 
 
 class ModelBoundary:
@@ -42,10 +43,12 @@ class ModelBoundary:
         self._redis = redis
         self.scope = uuid4().hex
         self._strict = False
-        for key in self._redis.scan_iter(PREFIX + "script:*"):
-            self._redis.delete(key)
+        for pattern in ("script:*", "cursor:*"):
+            for key in self._redis.scan_iter(PREFIX + pattern):
+                self._redis.delete(key)
         self._redis.delete(HELD, ABORT)
         self._start = int(self._redis.llen(CALLS))
+        self._effects_start = int(self._redis.llen(EFFECTS))
         self._cancellations_at_start = self.cancellations_total()
         self._overlaps_at_start = int(self._redis.get(OVERLAPS) or 0)
 
@@ -82,6 +85,17 @@ class ModelBoundary:
     def in_flight(self) -> int:
         return len(live_members(set(self._redis.smembers(IN_FLIGHT))))
 
+    def effects(self) -> list[dict[str, Any]]:
+        """The tool effects this boundary's sessions performed, as recorded by the tools
+        in the worker (``tests.support.tools``)."""
+        raw = self._redis.lrange(EFFECTS, self._effects_start, -1)
+        effects = [json.loads(item) for item in raw]
+        accepted = {self.scope} if self._strict else {self.scope, ""}
+        return [effect for effect in effects if effect.get("scope", "") in accepted]
+
+    def effects_for(self, task_id: str) -> list[dict[str, Any]]:
+        return [effect for effect in self.effects() if effect["task"] == task_id]
+
     def cancellations_total(self) -> int:
         return int(self._redis.get(CANCELLATIONS) or 0)
 
@@ -102,8 +116,9 @@ class ModelBoundary:
         self._redis.rpush(scope_script_key(self.scope), json.dumps(command))
 
     def effect_count(self) -> int:
-        """Effects this boundary's approved interactions performed, counted in the worker."""
-        return int(self._redis.get(effects_key(self.scope)) or 0)
+        """Calls of the approval-gated tool that ran, as the tool recorded them in the
+        worker."""
+        return sum(effect["tool"] == "guarded_effect" for effect in self.effects())
 
     def deafen(self) -> None:
         """From now on this boundary's model calls disregard cancellation."""

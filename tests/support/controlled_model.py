@@ -13,9 +13,22 @@ only its own test's calls), ``held`` hold flag, ``in_flight`` set of calls in pr
 ``cancellations`` and ``overlaps`` counters, ``cancelled`` the task ids whose model call
 received a cancellation, ``running:<session id>`` the calls in progress per session,
 ``script:<task id>`` scripted commands for one task (``script:scope:<scope>`` for every
-task of one boundary, with the profile option ``script_by_scope``), ``deaf:<scope>`` set
-while the calls of one boundary disregard cancellation. An input
+task of one boundary, with the profile option ``script_by_scope``), ``cursor:<script
+key>`` how many of a script's commands the task's model calls consumed so far (a task
+with tools calls its model several times, each call goes on where the last one stopped),
+``deaf:<scope>`` set while the calls of one boundary disregard cancellation. An input
 containing ``AHP_KILL_WORKER`` makes the model SIGKILL its own worker process.
+
+Script commands: ``{"op": "delta", "text"}``, ``{"op": "complete", "text", "finish_reason"?,
+"usage"?}``, ``{"op": "tool_call", "name", "args", "id"?, "usage"?}`` (ends the call with a
+tool call: the agent runs the tool and calls the model again), ``{"op": "fail", "message"}``.
+``usage`` replaces the profile's token counts for that call: ``null`` reports none, a
+partial mapping (say, only ``input_tokens``) reports what a provider measured in its raw
+``token_usage`` (LangChain's ``usage_metadata`` needs all three counts).
+
+Without a script, the profile option ``plan`` (a JSON list) fixes each model call of a
+task by its position in the turn (the number of AI messages after the last human one):
+``{"tool_call": {"name", "args"}, "text"?, "usage"?}`` or ``{"reply": text, "usage"?}``.
 
 The model keeps its bookkeeping in ``AHP_TEST_MODEL_REDIS_URL`` when set (else the
 deployment's Redis), so a test can partition a worker's own Redis traffic (through a
@@ -33,30 +46,22 @@ from contextvars import ContextVar
 from typing import Any
 from uuid import uuid4
 
-from agent_harness_protocol import WorkStatus
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.chat_models import agenerate_from_stream
-from langchain_core.messages import AIMessageChunk, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
 from langchain_core.messages.ai import UsageMetadata
+from langchain_core.messages.tool import tool_call_chunk
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config
-from langgraph.types import interrupt
 from pydantic import PrivateAttr
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from wire.interactions import (
-    InteractionKind,
-    InteractionPayload,
-    approval_decisions,
-    interaction_id,
-)
 from wire.redis_options import pool_options
 from wire.settings import Settings
-from workers.effects import report_effect
 
 PREFIX = "ahp-test:boundary:"
 CALLS = PREFIX + "calls"
@@ -114,32 +119,38 @@ def scope_script_key(scope: str) -> str:
     return f"{PREFIX}script:scope:{scope}"
 
 
-def effects_key(scope: str) -> str:
-    """Counter: the effects a boundary's approved interactions performed (in the worker)."""
-    return f"{PREFIX}effects:{scope}"
-
-
-def ask_in_model(task_id: str, command: dict[str, Any]) -> str:
-    """Interrupt the run with an approval for ``command["call"]``; the decision once the
-    run resumes."""
-    call = str(command.get("call", "call-1"))
-    payload = InteractionPayload(
-        kind=InteractionKind.APPROVAL,
-        interaction_id=interaction_id(task_id, call),
-        tool_call_id=call,
-        tool="guarded_effect",
-        prompt="Perform the guarded effect?",
-        arguments={"target": "test"},
-        effect="increments the test's effect counter",
-        work_id=call,
-        available_decisions=approval_decisions(None),
-    )
-    value = interrupt(payload.to_json())
-    return str(value["decision"])
-
-
 def deaf_key(scope: str) -> str:
     return f"{PREFIX}deaf:{scope}"
+
+
+def cursor_key(script: str) -> str:
+    return f"{PREFIX}cursor:{script}"
+
+
+def _usage_fields(usage: Any) -> tuple[UsageMetadata | None, dict[str, Any]]:
+    """A scripted usage as ``(usage_metadata, response_metadata)``: complete counts go in
+    ``usage_metadata``, partial ones in a raw ``token_usage`` report."""
+    if usage is None:
+        return None, {}
+    counts = {key: usage.get(key) for key in ("input_tokens", "output_tokens", "total_tokens")}
+    if all(isinstance(value, int) for value in counts.values()):
+        return UsageMetadata(
+            input_tokens=counts["input_tokens"],
+            output_tokens=counts["output_tokens"],
+            total_tokens=counts["total_tokens"],
+        ), {}
+    return None, {"token_usage": {k: v for k, v in counts.items() if isinstance(v, int)}}
+
+
+def turn_position(messages: list[BaseMessage]) -> int:
+    """How many model messages the current turn already holds."""
+    position = 0
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            break
+        if isinstance(message, AIMessage):
+            position += 1
+    return position
 
 
 class ControlledChatModel(BaseChatModel):
@@ -158,6 +169,8 @@ class ControlledChatModel(BaseChatModel):
     answers of two runs differ."""
     input_tokens: int | None = None
     output_tokens: int | None = None
+    plan: str | None = None
+    """JSON list: what each model call of a task does, by its position in the turn."""
 
     _clients: dict[int, Redis] = PrivateAttr(default_factory=dict)
 
@@ -200,6 +213,11 @@ class ControlledChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         return await agenerate_from_stream(self._astream(messages, stop, run_manager, **kwargs))
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        """The controlled model decides its tool calls from its script or plan; binding
+        only records the tools offered (LangChain's default refuses to bind)."""
+        return self.bind(tools=tools, **{k: v for k, v in kwargs.items() if v is not None})
 
     def _usage(self) -> UsageMetadata | None:
         if self.input_tokens is None or self.output_tokens is None:
@@ -271,6 +289,9 @@ class ControlledChatModel(BaseChatModel):
             key = scope_script_key(scope) if self.script_by_scope else script_key(task_id)
             async for chunk in self._follow_script(redis, key, task_id, scope):
                 yield chunk
+            return
+        if self.plan is not None:
+            yield self._planned(messages)
             return
         reply = _TAGGED_REPLY.get() or self.reply
         texts = [f"chunk{index} " for index in range(self.load_chunks)] + [reply]
@@ -364,12 +385,56 @@ class ControlledChatModel(BaseChatModel):
                 if await self._cancelled(redis, task_id, scope):
                     raise
 
+    def _planned(self, messages: list[BaseMessage]) -> ChatGenerationChunk:
+        steps = json.loads(self.plan or "[]")
+        step = steps[min(turn_position(messages), len(steps) - 1)]
+        default = self._usage()
+        usage, raw = _usage_fields(step.get("usage", default))
+        call = step.get("tool_call")
+        if call is not None:
+            return self._tool_call_chunk(
+                {"name": call["name"], "args": call.get("args", {}), "text": step.get("text")},
+                usage,
+                raw,
+            )
+        return ChatGenerationChunk(
+            message=AIMessageChunk(
+                content=step["reply"],
+                usage_metadata=usage,
+                response_metadata={"finish_reason": "stop", **raw},
+                chunk_position="last",
+            )
+        )
+
+    @staticmethod
+    def _tool_call_chunk(
+        command: dict[str, Any], usage: UsageMetadata | None, raw: dict[str, Any]
+    ) -> ChatGenerationChunk:
+        call_id = str(command.get("id") or f"call-{uuid4().hex[:16]}")
+        return ChatGenerationChunk(
+            message=AIMessageChunk(
+                content=command.get("text") or "",
+                tool_call_chunks=[
+                    tool_call_chunk(
+                        name=command["name"],
+                        args=json.dumps(command.get("args", {})),
+                        id=call_id,
+                        index=0,
+                    )
+                ],
+                usage_metadata=usage,
+                response_metadata={"finish_reason": "tool_calls", **raw},
+                chunk_position="last",
+            )
+        )
+
     async def _follow_script(
         self, redis: Redis, key: str, task_id: str, scope: str
     ) -> AsyncIterator[ChatGenerationChunk]:
         # Commands are read by position, never popped: a read interrupted by a
-        # cancellation cannot lose a command.
-        cursor = 0
+        # cancellation cannot lose a command. The position carries over between the
+        # model calls of one task (a tool call ends a call, the next goes on from it).
+        cursor = int(await redis.get(cursor_key(key)) or 0)
         pending: list[str] = []
         while True:
             await self._honour_swallowed_cancel(redis, task_id, scope)
@@ -388,35 +453,26 @@ class ControlledChatModel(BaseChatModel):
             raw = pending.pop(0)
             cursor += 1
             command = json.loads(raw)
+            if command["op"] in {"complete", "tool_call"}:
+                await asyncio.shield(redis.set(cursor_key(key), cursor))
             if command["op"] == "delta":
                 yield ChatGenerationChunk(message=AIMessageChunk(content=command["text"]))
             elif command["op"] == "complete":
-                metadata = {"finish_reason": command.get("finish_reason", "stop")}
+                usage, raw_usage = _usage_fields(command.get("usage", self._usage()))
+                metadata = {"finish_reason": command.get("finish_reason", "stop"), **raw_usage}
                 # A null text is a response without any content block (no text at all).
                 content = [] if command["text"] is None else command["text"]
                 yield ChatGenerationChunk(
                     message=AIMessageChunk(
                         content=content,
                         response_metadata=metadata,
-                        usage_metadata=self._usage(),
+                        usage_metadata=usage,
                     )
                 )
                 return
+            elif command["op"] == "tool_call":
+                usage, raw_usage = _usage_fields(command.get("usage", self._usage()))
+                yield self._tool_call_chunk(command, usage, raw_usage)
+                return
             elif command["op"] == "fail":
                 raise RuntimeError(command["message"])
-            elif command["op"] == "ask":
-                # Stands in for an approval-gated effect inside the node (until the agent
-                # has tools): the run pauses at the interrupt; when it resumes, the node
-                # replays this script and the interrupt returns the caller's decision. An
-                # approved effect is counted here, in the worker, per boundary scope.
-                decision = ask_in_model(task_id, command)
-                if decision in {"approve_once", "approve_for_session"}:
-                    await redis.incr(effects_key(scope))
-                    report_effect(
-                        str(command.get("call", "call-1")),
-                        WorkStatus.COMPLETED,
-                        description="incremented the test's effect counter",
-                    )
-                    yield ChatGenerationChunk(message=AIMessageChunk(content="effect done. "))
-                else:
-                    yield ChatGenerationChunk(message=AIMessageChunk(content=f"{decision}. "))

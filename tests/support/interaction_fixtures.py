@@ -1,9 +1,10 @@
 """Bindings of the AHP interaction fixtures to real Redis and real Celery workers.
 
-The ``asking`` profile's controlled model asks for an approval inside the worker's graph
-(an interrupt) and, once approved, performs its effect there, counting it in Redis
-(``ModelBoundary.effect_count``). Responses are delivered through the real respond script,
-behind the controllable boundary of ``tests.support.response_control``.
+The ``guarding`` profile's agent calls its approval-gated tool once per task: the tool
+guard asks the caller (an interrupt, the task pauses), and the tool, once approved, records
+its effect where it runs, in Redis (``ModelBoundary.effect_count``). Responses are
+delivered through the real respond script, behind the controllable boundary of
+``tests.support.response_control``.
 """
 
 from __future__ import annotations
@@ -12,13 +13,22 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from agent_harness_protocol import AgentHarness, SessionSpec
+from agent_harness_protocol import (
+    AgentHarness,
+    ApprovalRequirement,
+    SessionRequirements,
+    SessionSpec,
+)
 
 from harness import CeleryHarness
 from wire.settings import Settings
 
 from .boundary import ModelBoundary
 from .response_control import ResponseBoundary
+
+CALLER_DECIDES = SessionSpec(
+    requirements=SessionRequirements(approval=ApprovalRequirement.CALLER_DECIDES)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,25 +54,22 @@ class InteractionBinding:
         self.response.release_response()
 
     def prepare_next_effect(self) -> None:
-        """Every task of the boundary follows its script from the start: the next one
-        asks for the effect again."""
+        """Every task of the profile calls the gated tool again (its plan)."""
 
 
 @asynccontextmanager
 async def interactions(
     settings: Settings, boundary: ModelBoundary, spec: SessionSpec | None = None
 ) -> AsyncIterator[InteractionBinding]:
-    boundary.script_scope({"op": "ask", "call": "guarded-effect"})
-    boundary.script_scope({"op": "complete", "text": "done"})
     control = ResponseBoundary()
     harness = CeleryHarness(
         settings,
-        profile="asking",
+        profile="guarding",
         run_metadata=boundary.run_metadata,
         responder_factory=control.responder,
     )
     try:
-        yield InteractionBinding(harness, spec or SessionSpec(), boundary, control)
+        yield InteractionBinding(harness, spec or CALLER_DECIDES, boundary, control)
     finally:
         control.release_response()
         boundary.release()

@@ -1,14 +1,80 @@
 """The profile registry both the test harnesses and the test workers load."""
 
+import json
+
 from agent_harness_protocol import ContextRetentionDisposition as Retention
 from agent_harness_protocol import UserHistoryVisibility as Visibility
 
-from wire.profiles import AgentProfile, CancellationSemantics, ModelSpec
+from wire.profiles import (
+    AgentProfile,
+    CancellationSemantics,
+    ModelSpec,
+    Safeguards,
+    ToolApproval,
+    ToolSpec,
+)
 
 MODEL_ID = "ahp-controlled-model"
 CONTROLLED = "tests.support.controlled_model:ControlledChatModel"
 CONFIRMED = CancellationSemantics.COROUTINE_TERMINATION_CONFIRMS_WORK_STOPPED
 UNCONFIRMED = CancellationSemantics.UNCONFIRMED
+
+
+RECORD_EFFECT = ToolSpec(
+    "record_effect",
+    "tests.support.tools:record_effect",
+    "Record an effect under a label.",
+    effect="appends a record to the test's effect log",
+)
+FAILING_TOOL = ToolSpec(
+    "failing_tool",
+    "tests.support.tools:failing_tool",
+    "A tool that always fails.",
+    effect="appends a record to the test's effect log, then fails",
+)
+GUARDED_EFFECT = ToolSpec(
+    "guarded_effect",
+    "tests.support.tools:guarded_effect",
+    "Record an effect that needs the caller's approval.",
+    effect="appends a record to the test's effect log",
+    approval=ToolApproval.REQUIRED,
+)
+TOOLS = (RECORD_EFFECT, FAILING_TOOL, GUARDED_EFFECT)
+GRANTABLE_EFFECT = ToolSpec(
+    "guarded_effect",
+    "tests.support.tools:guarded_effect",
+    "Record an effect that needs the caller's approval.",
+    effect="appends a record to the test's effect log",
+    approval=ToolApproval.REQUIRED,
+    session_grant="guarded_effect with any label, for the rest of this session",
+)
+
+GUARDED_PLAN = json.dumps(
+    [
+        {"tool_call": {"name": "guarded_effect", "args": {"label": "guarded"}}},
+        {"reply": "guarded-result"},
+    ]
+)
+"""Each task: one call of the approval-gated tool, then an answer."""
+
+SEQUENCE_PLAN = json.dumps(
+    [
+        {
+            "tool_call": {"name": "record_effect", "args": {"label": "first"}},
+            "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15},
+        },
+        # This call's provider measured its input only: output and total stay unknown.
+        {
+            "tool_call": {"name": "record_effect", "args": {"label": "second"}},
+            "usage": {"input_tokens": 7},
+        },
+        # A measured zero keeps the unknown fields unknown.
+        {
+            "reply": "sequence-result",
+            "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
+        },
+    ]
+)
 
 
 def _profile(
@@ -17,6 +83,8 @@ def _profile(
     cancellation: CancellationSemantics = CONFIRMED,
     retention: Retention = Retention.UNKNOWN,
     visibility: Visibility = Visibility.UNKNOWN,
+    tools: tuple[ToolSpec, ...] = (),
+    safeguards: Safeguards | None = None,
     **options: str | int | bool | None,
 ) -> AgentProfile:
     return AgentProfile(
@@ -26,6 +94,8 @@ def _profile(
         cancellation=cancellation,
         retention=retention,
         history_visibility=visibility,
+        tools=tools,
+        safeguards=safeguards or Safeguards(),
     )
 
 
@@ -49,8 +119,10 @@ _ALL = [
     _profile("accounting", input_tokens=7, output_tokens=3, reply="measured-result"),
     # Scripted per boundary scope (the outcome suite controls the model without task ids).
     _profile("outcome", scripted=True, script_by_scope=True),
-    # Scripted per boundary scope; its script's "ask" pauses the run for an approval.
-    _profile("asking", scripted=True, script_by_scope=True),
+    # Each task calls the approval-gated tool once (the caller decides), then answers;
+    # with "granted" the tool may be approved for the rest of the session.
+    _profile("guarding", tools=(GUARDED_EFFECT,), plan=GUARDED_PLAN),
+    _profile("guarding-granted", tools=(GRANTABLE_EFFECT,), plan=GUARDED_PLAN),
     # A model that streams for about a second unless cancelled.
     _profile("slow", load_chunks=20, chunk_delay_ms=50),
     _profile("slow-unconfirmed", cancellation=UNCONFIRMED, load_chunks=20, chunk_delay_ms=50),
@@ -60,6 +132,43 @@ _ALL = [
         "materialized-visible", retention=Retention.MATERIALIZED, visibility=Visibility.VISIBLE
     ),
     _profile("ephemeral-undeclared", retention=Retention.EPHEMERAL),
+    # Agents with tools, scripted per task (tool calls included).
+    _profile("agent", tools=TOOLS, scripted=True, input_tokens=7, output_tokens=3),
+    _profile(
+        "agent-unconfirmed",
+        cancellation=UNCONFIRMED,
+        tools=TOOLS,
+        scripted=True,
+        input_tokens=7,
+        output_tokens=3,
+    ),
+    # Each task: two tool calls (measured, then partly measured), then a measured zero.
+    _profile("sequence", tools=TOOLS, plan=SEQUENCE_PLAN),
+    _profile(
+        "step-limited",
+        tools=TOOLS,
+        safeguards=Safeguards(max_steps=2),
+        scripted=True,
+        input_tokens=7,
+        output_tokens=3,
+    ),
+    _profile(
+        "loop-guarded",
+        tools=TOOLS,
+        safeguards=Safeguards(loop_window=4, loop_repeats=2),
+        scripted=True,
+        input_tokens=7,
+        output_tokens=3,
+    ),
+    # 10 tokens per call: the third call takes a task to 30, over its budget of 25.
+    _profile(
+        "budgeted",
+        tools=TOOLS,
+        safeguards=Safeguards(token_budget=25),
+        scripted=True,
+        input_tokens=7,
+        output_tokens=3,
+    ),
 ]
 
 PROFILES = {profile.name: profile for profile in _ALL}

@@ -1,0 +1,57 @@
+"""Tools for the test profiles; each records its invocations where it runs (the worker),
+in Redis, so tests observe the effect itself, never the harness's report of it.
+
+Key (test-only, outside every deployment namespace): ``ahp-test:boundary:effects``, a list
+of JSON records ``{"tool", "args", "task", "scope", "pid"}`` appended the moment the tool's
+effect happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from langgraph.config import get_config
+from redis.asyncio import Redis
+
+from wire.settings import Settings
+
+from .controlled_model import MODEL_REDIS_URL_ENV, PREFIX, SCOPE
+
+EFFECTS = PREFIX + "effects"
+
+
+async def _record(tool: str, args: dict[str, Any]) -> None:
+    metadata = get_config().get("metadata", {})
+    record = {
+        "tool": tool,
+        "args": args,
+        "task": str(metadata.get("ahp_task_id", "")),
+        "scope": str(metadata.get(SCOPE, "")),
+        "pid": os.getpid(),
+    }
+    url = os.environ.get(MODEL_REDIS_URL_ENV) or Settings().redis_url
+    client = Redis.from_url(url, decode_responses=True)
+    try:
+        await client.rpush(EFFECTS, json.dumps(record))
+    finally:
+        await client.aclose()
+
+
+async def record_effect(label: str) -> str:
+    """Record an effect labelled ``label`` and say so."""
+    await _record("record_effect", {"label": label})
+    return f"recorded {label}"
+
+
+async def guarded_effect(label: str) -> str:
+    """An effect that needs the caller's approval: records ``label`` when it runs."""
+    await _record("guarded_effect", {"label": label})
+    return f"guarded {label}"
+
+
+async def failing_tool(label: str) -> str:
+    """Records that it ran, then fails."""
+    await _record("failing_tool", {"label": label})
+    raise RuntimeError(f"failing_tool refused {label}")

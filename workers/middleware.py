@@ -1,0 +1,206 @@
+"""The agent middleware that carries the worker's guarantees into ``create_agent``.
+
+Order in the agent (first is outermost): :class:`RunInstructions`, then any pipeline
+(steering) middleware, the safeguards, :class:`ToolGuard` and, innermost,
+:class:`GuardedModelCall`.
+
+- :class:`RunInstructions` puts the session's instructions (passed per run, not stored in
+  the thread) in front of every model call, so a reopened session may change them and
+  middleware further in can add to them.
+- :class:`GuardedModelCall` runs the step-boundary gate and then the model call itself,
+  through ``astream`` and registered with :class:`ModelCalls`: a delivered cancellation
+  reaches exactly that call, and a model that finishes despite it returns its message
+  (create_agent's own handler uses ``ainvoke``, whose gather would turn that into a
+  ``CancelledError``).
+- :class:`ToolGuard` runs the gate before every tool effect, asks the approval route for
+  approval-gated tools, and reports each call's status changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from agent_harness_protocol import WorkStatus
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    BaseMessageChunk,
+    SystemMessage,
+    ToolMessage,
+    message_chunk_to_message,
+)
+from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_config
+from langgraph.errors import GraphBubbleUp
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+
+from wire.backoff import CONNECTION_ERRORS
+from wire.profiles import ToolApproval, ToolSpec
+
+from .approvals import ApprovalRoute
+from .effects import report_effect
+from .errors import WorkerError
+from .model_calls import ModelCalls
+from .stream_items import ToolChange, canonical_arguments, report_tool_change
+
+T = TypeVar("T")
+
+INSTRUCTIONS = "ahp_instructions"
+TASK_ID = "ahp_task_id"
+
+ModelHandler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
+ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
+
+
+def run_key(config: RunnableConfig) -> str:
+    """The run's key in :class:`ModelCalls`: its task id."""
+    return str(config.get("metadata", {}).get(TASK_ID, ""))
+
+
+class RunInstructions(AgentMiddleware[Any, Any, Any]):
+    """Outermost: the session's instructions, from the run's config, as system message."""
+
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: ModelHandler
+    ) -> ModelResponse[Any]:
+        instructions = get_config().get("configurable", {}).get(INSTRUCTIONS)
+        if instructions is not None:
+            request = request.override(system_message=SystemMessage(content=instructions))
+        return await handler(request)
+
+
+class GuardedModelCall(AgentMiddleware[Any, Any, Any]):
+    """Innermost: the gate, then the model call registered with :class:`ModelCalls`."""
+
+    def __init__(self, calls: ModelCalls) -> None:
+        super().__init__()
+        self._calls = calls
+
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: ModelHandler
+    ) -> ModelResponse[Any]:
+        config = get_config()
+        key = run_key(config)
+        # Step boundary: a cancellation recorded by now wins; nothing awaits between
+        # the check and the model call's registration, where a later one is delivered.
+        await self._calls.before_call(key)
+        if request.response_format is not None:
+            # Structured output is create_agent's own handling: keep its handler.
+            self._calls.mark_started(key)
+            return await self._calls.run(key, _awaited(handler(request)))
+        message = await self._calls.run(key, self._stream_model(key, request, config))
+        return ModelResponse(result=[message])
+
+    async def _stream_model(
+        self, key: str, request: ModelRequest[Any], config: RunnableConfig
+    ) -> BaseMessage:
+        """Call the model through ``astream``: unlike ``ainvoke`` (which gathers), a model
+        that finishes despite a cancellation really returns its message."""
+        model: Any = request.model
+        if request.tools:
+            model = model.bind_tools(
+                request.tools, tool_choice=request.tool_choice, **request.model_settings
+            )
+        elif request.model_settings:
+            model = model.bind(**request.model_settings)
+        messages: list[BaseMessage] = list(request.messages)
+        if request.system_message is not None:
+            messages.insert(0, request.system_message)
+        final: BaseMessageChunk | None = None
+        finished = False
+        stream = model.astream(messages, config)  # creating it runs nothing yet
+        # Started: the first advance of the stream enters the chat model. Nothing awaits
+        # in between, so a call cancelled before this never reached the provider.
+        self._calls.mark_started(key)
+        try:
+            async for chunk in stream:
+                final = chunk if final is None else final + chunk
+                finished = getattr(chunk, "chunk_position", None) == "last"
+        except asyncio.CancelledError:
+            # The model had already delivered its last chunk: completion won the race.
+            if not finished:
+                raise
+        if final is None:
+            raise RuntimeError("the model streamed no message")
+        message = message_chunk_to_message(final)
+        if not isinstance(message, AIMessage):
+            raise RuntimeError(f"the model streamed a {type(message).__name__}")
+        return message
+
+
+async def _awaited(call: Awaitable[T]) -> T:
+    return await call
+
+
+_PASS_THROUGH: tuple[type[BaseException], ...] = (GraphBubbleUp, WorkerError, *CONNECTION_ERRORS)
+"""Errors of a tool call that end the run instead of going back to the model: LangGraph's
+interrupts, the worker's own stops (cancellation, a lost lease), Redis outages."""
+
+
+class ToolGuard(AgentMiddleware[Any, Any, Any]):
+    """The gate before every tool effect, approvals, and each call's reported status."""
+
+    def __init__(
+        self, calls: ModelCalls, tools: Mapping[str, ToolSpec], approvals: ApprovalRoute
+    ) -> None:
+        super().__init__()
+        self._calls = calls
+        self._tools = dict(tools)
+        self._approvals = approvals
+
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: ToolHandler
+    ) -> ToolMessage | Command[Any]:
+        key = run_key(get_config())
+        call = request.tool_call
+        work_id = str(call.get("id") or "")
+        name = call["name"]
+        arguments = canonical_arguments(call.get("args", {}))
+        spec = self._tools.get(name)
+        await self._calls.before_call(key)
+        if spec is not None and spec.approval is ToolApproval.REQUIRED:
+            decision = await self._approvals.authorize(request, spec)
+            if not decision.approved:
+                declined = ToolChange(
+                    work_id, name, WorkStatus.DECLINED, arguments, None, decision.message
+                )
+                report_tool_change(declined)
+                return ToolMessage(
+                    content=decision.message, tool_call_id=work_id, name=name, status="error"
+                )
+            # The decision may have taken long (a paused task): the effect's own boundary.
+            await self._calls.before_call(key)
+        report_tool_change(ToolChange(work_id, name, WorkStatus.STARTED, arguments))
+        try:
+            result = await handler(request)
+        except _PASS_THROUGH:
+            raise
+        except Exception as error:
+            message = f"{type(error).__name__}: {error}"
+            report_tool_change(
+                ToolChange(work_id, name, WorkStatus.FAILED, arguments, None, message)
+            )
+            return ToolMessage(
+                content=f"the tool failed: {message}",
+                tool_call_id=work_id,
+                name=name,
+                status="error",
+            )
+        output: str | None
+        if isinstance(result, ToolMessage) and result.status == "error":
+            report_tool_change(
+                ToolChange(work_id, name, WorkStatus.FAILED, arguments, None, result.text)
+            )
+            status, output = WorkStatus.FAILED, str(result.text)
+        else:
+            text = result.text if isinstance(result, ToolMessage) else None
+            report_tool_change(ToolChange(work_id, name, WorkStatus.COMPLETED, arguments, text))
+            status, output = WorkStatus.COMPLETED, None if text is None else str(text)
+        if spec is not None and spec.approval is ToolApproval.REQUIRED:
+            # An approved effect: reported as such, under the work id its approval named.
+            report_effect(work_id, status, description=spec.effect, output=output)
+        return result
