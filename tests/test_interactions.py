@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import redis
 from agent_harness_protocol import (
+    AnswerResponse,
     ApprovalDecision,
     ApprovalRequest,
     ApprovalRequirement,
@@ -17,6 +18,8 @@ from agent_harness_protocol import (
     CompatibilityStatus,
     Completed,
     ConditionalSupport,
+    QuestionRequest,
+    QuestionRequirement,
     SessionRequirements,
     SessionSpec,
     TaskRequest,
@@ -204,3 +207,36 @@ def test_caller_approval_is_admitted_only_for_profiles_with_approval_gated_tools
     assert validate_session(guarding, reviewed).status is CompatibilityStatus.INCOMPATIBLE
     assert isinstance(support_report(plain)[Capability.CALLER_APPROVAL], Unsupported)
     assert validate_session(plain, caller).status is CompatibilityStatus.INCOMPATIBLE
+
+
+async def test_a_question_pauses_the_task_and_its_answer_reaches_the_model(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    harness = scoped_harness(settings, boundary, "questioning")
+    spec = SessionSpec(
+        requirements=SessionRequirements(questions=QuestionRequirement.CALLER_ANSWERS)
+    )
+    try:
+        task = await (await harness.create_session(spec)).start_task(
+            TaskRequest(TextInput("pick a colour"))
+        )
+        await wait_for(lambda: bool(task.pending_interactions))
+        (request,) = task.pending_interactions
+        assert isinstance(request, QuestionRequest)
+        assert request.prompt == "Which colour?"
+        assert request.choices == ("red", "blue")
+        assert task.state is TaskState.AWAITING_RESPONSE
+        with pytest.raises(ValueError, match="one of"):
+            await task.respond(request.interaction_id, AnswerResponse("green"))
+        with pytest.raises(ValueError, match="AnswerResponse"):
+            await task.respond(
+                request.interaction_id, ApprovalResponse(ApprovalDecision.APPROVE_ONCE)
+            )
+        await task.respond(request.interaction_id, AnswerResponse("blue"))
+        outcome = await task.await_outcome()
+        assert isinstance(outcome, Completed)
+        calls = boundary.calls_for(task.id.value)
+        assert len(calls) == 2
+        assert "blue" in calls[1]["texts"]  # the tool's result the model read
+    finally:
+        await harness.aclose()

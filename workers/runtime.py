@@ -36,6 +36,7 @@ from .graph import AgentGraph, ModelCalls
 from .import_cache import fail_fast_if_missing
 from .models import build_model
 from .pruning import CheckpointPruner
+from .question_tool import ask_caller_tool
 from .run_summary import RunSummary, read_summary
 from .runner import GraphProvider, LiveRun, TaskRunner, ThreadDeleter
 from .sweeper import LeaseSweeper
@@ -68,7 +69,7 @@ class _Graphs(GraphProvider):
         if graph is None:
             graph = AgentGraph(
                 build_model(profile.model),
-                build_tools(profile.tools),
+                [*build_tools(profile.tools), *([ask_caller_tool()] if profile.questions else [])],
                 profile,
                 self._saver,
                 self.calls,

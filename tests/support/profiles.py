@@ -57,6 +57,19 @@ GUARDED_PLAN = json.dumps(
 )
 """Each task: one call of the approval-gated tool, then an answer."""
 
+QUESTION_PLAN = json.dumps(
+    [
+        {
+            "tool_call": {
+                "name": "ask_caller",
+                "args": {"question": "Which colour?", "choices": ["red", "blue"]},
+            }
+        },
+        {"reply": "noted"},
+    ]
+)
+"""Each task: one question to the caller (``ask_caller``), then an answer."""
+
 SEQUENCE_PLAN = json.dumps(
     [
         {
@@ -85,6 +98,7 @@ def _profile(
     visibility: Visibility = Visibility.UNKNOWN,
     tools: tuple[ToolSpec, ...] = (),
     safeguards: Safeguards | None = None,
+    questions: bool = False,
     **options: str | int | bool | None,
 ) -> AgentProfile:
     return AgentProfile(
@@ -96,6 +110,7 @@ def _profile(
         history_visibility=visibility,
         tools=tools,
         safeguards=safeguards or Safeguards(),
+        questions=questions,
     )
 
 
@@ -123,6 +138,7 @@ _ALL = [
     # with "granted" the tool may be approved for the rest of the session.
     _profile("guarding", tools=(GUARDED_EFFECT,), plan=GUARDED_PLAN),
     _profile("guarding-granted", tools=(GRANTABLE_EFFECT,), plan=GUARDED_PLAN),
+    _profile("questioning", questions=True, plan=QUESTION_PLAN),
     # A model that streams for about a second unless cancelled.
     _profile("slow", load_chunks=20, chunk_delay_ms=50),
     _profile("slow-unconfirmed", cancellation=UNCONFIRMED, load_chunks=20, chunk_delay_ms=50),
