@@ -240,3 +240,27 @@ async def test_a_question_pauses_the_task_and_its_answer_reaches_the_model(
         assert "blue" in calls[1]["texts"]  # the tool's result the model read
     finally:
         await harness.aclose()
+
+
+async def test_the_next_task_of_a_session_whose_paused_task_was_cancelled_runs_afresh(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    harness = scoped_harness(settings, boundary, "guarding")
+    try:
+        session = await harness.create_session(SessionSpec())
+        first = await session.start_task(TaskRequest(TextInput("first")))
+        await wait_for(lambda: bool(first.pending_interactions))
+        await first.request_cancellation()
+        assert isinstance(await first.await_outcome(), Cancelled)
+        second = await session.start_task(TaskRequest(TextInput("second")))
+        await wait_for(lambda: bool(second.pending_interactions))
+        (request,) = second.pending_interactions
+        assert request.interaction_id != first.id.value
+        await second.respond(
+            request.interaction_id, ApprovalResponse(ApprovalDecision.APPROVE_ONCE)
+        )
+        assert isinstance(await second.await_outcome(), Completed)
+        assert [effect["task"] for effect in boundary.effects()] == [second.id.value]
+        assert any("second" in text for text in boundary.calls_for(second.id.value)[0]["texts"])
+    finally:
+        await harness.aclose()
