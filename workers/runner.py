@@ -39,6 +39,7 @@ from wire.codec import (
     outcome_to_json,
     run_metadata_from_json,
     spec_from_json,
+    task_input_from_json,
     usage_from_json,
     usage_to_json,
 )
@@ -54,6 +55,7 @@ from wire.store import (
     Settlement,
     SettleResult,
 )
+from wire.structured_output import parse_schema
 
 from .approval_route import APPROVAL_METADATA
 from .errors import (
@@ -69,6 +71,7 @@ from .lease import SessionLease
 from .loss import loss_policy
 from .pruning import CheckpointPruner
 from .stream_items import HaltReason
+from .structured import judged, system_prompt
 from .turn import TurnResult, TurnTranslator, run_turn
 
 log = logging.getLogger(__name__)
@@ -263,7 +266,11 @@ class TaskRunner:
         try:
             profile = self._profile_for(session)
             spec = spec_from_json(loads(session[SessionField.SPEC]))
-            text = str(loads(record[TaskField.INPUT])["text"])
+            task_input = task_input_from_json(loads(record[TaskField.INPUT]))
+            text = task_input.text
+            schema = (
+                None if task_input.output_schema is None else parse_schema(task_input.output_schema)
+            )
             session_usage = usage_from_json(loads(session.get(SessionField.USAGE) or "{}"))
             labels = run_metadata_from_json(session.get(SessionField.METADATA, ""))
             graph = await self._graphs.graph(profile)
@@ -310,7 +317,7 @@ class TaskRunner:
                         translator,
                         self._store.keys.thread_id(session_id),
                         text,
-                        spec.instructions,
+                        system_prompt(spec.instructions, schema),
                         metadata,
                         resumed=resumed,
                         lease=lease,
@@ -321,6 +328,8 @@ class TaskRunner:
                     outcome = await self._supervise(
                         task, live, profile, execution, resumed, translator
                     )
+                    if schema is not None and not isinstance(outcome, Pause):
+                        outcome = judged(outcome, schema, sink)
                 except asyncio.CancelledError:
                     # The worker is stopping mid-run: end the graph run before handing it
                     # back.

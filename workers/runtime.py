@@ -39,6 +39,7 @@ from .pruning import CheckpointPruner
 from .question_tool import ask_caller_tool
 from .run_summary import RunSummary, read_summary
 from .runner import GraphProvider, LiveRun, TaskRunner, ThreadDeleter
+from .steering import pipeline_middleware
 from .sweeper import LeaseSweeper
 from .tools import build_tools
 
@@ -67,13 +68,22 @@ class _Graphs(GraphProvider):
     async def graph(self, profile: AgentProfile) -> AgentGraph:
         graph = self._graphs.get(profile.digest)
         if graph is None:
+            tools = build_tools(profile.tools)
+            if profile.questions:
+                tools.append(ask_caller_tool())  # global: visible in every pipeline step
+            steering = (
+                ()
+                if profile.pipeline is None
+                else pipeline_middleware(profile.pipeline, {tool.name: tool for tool in tools})
+            )
             graph = AgentGraph(
                 build_model(profile.model),
-                [*build_tools(profile.tools), *([ask_caller_tool()] if profile.questions else [])],
+                tools,
                 profile,
                 self._saver,
                 self.calls,
                 approvals=self._approvals,
+                steering=steering,
             )
             self._graphs[profile.digest] = graph
         return graph

@@ -16,7 +16,9 @@ from agent_harness_protocol import (
     InteractionResponse,
     InteractionResponseUnconfirmedError,
     SessionBlockedError,
+    StructuredOutputRequirement,
     TaskRequest,
+    TaskRequirements,
     TextInput,
 )
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
@@ -29,6 +31,7 @@ from harness.errors import (
     UnknownTaskError,
 )
 from harness.task import CeleryTask, StreamRead
+from wire.codec import dumps
 from wire.store import BusyPolicy
 
 from .auth import tenant
@@ -120,6 +123,13 @@ CancelOnDisconnect = Annotated[
 ]
 
 
+def _request(body: StartTask) -> TaskRequest:
+    if body.output_schema is None:
+        return TaskRequest(TextInput(body.input))
+    schema = StructuredOutputRequirement(dumps(body.output_schema))
+    return TaskRequest(TextInput(body.input), TaskRequirements(schema))
+
+
 async def _start(
     api: ApiState,
     tenant: str,
@@ -142,7 +152,7 @@ async def _start(
     session = await api.handles.session(tenant, session_id)
     try:
         task = await session.start_task(
-            TaskRequest(TextInput(body.input)),
+            _request(body),
             idempotency_key=idempotency_key,
             if_busy=BusyPolicy(body.if_busy.value),
         )

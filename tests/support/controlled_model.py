@@ -142,6 +142,18 @@ def _usage_fields(usage: Any) -> tuple[UsageMetadata | None, dict[str, Any]]:
     return None, {"token_usage": {k: v for k, v in counts.items() if isinstance(v, int)}}
 
 
+def _tool_name(tool: Any) -> str:
+    """The name of a bound tool (a ``BaseTool`` or an OpenAI-style tool dict)."""
+    if isinstance(tool, dict):
+        function = tool.get("function")
+        return (
+            str((function or tool).get("name", ""))
+            if isinstance(function, dict)
+            else str(tool.get("name", ""))
+        )
+    return str(getattr(tool, "name", ""))
+
+
 def turn_position(messages: list[BaseMessage]) -> int:
     """How many model messages the current turn already holds."""
     position = 0
@@ -248,6 +260,8 @@ class ControlledChatModel(BaseChatModel):
             "texts": [message.text for message in messages],
             "pid": os.getpid(),
             "scope": str(metadata.get(SCOPE, "")),
+            # The tools the agent offered this call (bound through ``bind_tools``).
+            "tools": sorted(_tool_name(tool) for tool in kwargs.get("tools") or ()),
         }
         member = f"{os.getpid()}:{uuid4().hex}"
         reply = f"{self.reply}-{member.split(':')[1][:12]}" if self.reply_tagged else self.reply
