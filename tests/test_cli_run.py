@@ -371,3 +371,19 @@ def test_run_without_a_terminal_declines_an_approval(
     assert "answered" in result.output
     assert "decline" in result.output
     assert boundary.effect_count() == 0
+
+
+def test_run_asks_the_agents_question_at_the_prompt_and_the_model_reads_the_answer(
+    cli_env: dict[str, str | None], boundary: ModelBoundary
+) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["run", *_scoped(boundary, "questioning"), "--interactive", "pick a colour"],
+        env=dict(cli_env),
+        input="3\n2\n",
+    )
+    assert result.exit_code == ExitCode.COMPLETED, result.output
+    assert "Question: Which colour?" in result.output
+    assert "choose 1-2" in result.output  # "3" was refused
+    (task_id,) = {call["task"] for call in boundary.calls()}
+    assert "blue" in boundary.calls_for(str(task_id))[-1]["texts"]
