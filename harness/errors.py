@@ -29,8 +29,9 @@ its message)::
     │                               (``session_id``)
     ├── RedisModulesMissingError    (also HarnessTransportError) the deployment's Redis
     │                               lacks the Query Engine or JSON checkpoints need
-    ├── UnknownInteractionError     (also LookupError) the task raised no interaction of
-    │                               this id (``task_id``, ``interaction_id``)
+    ├── UnknownInteractionError     (also LookupError, ValueError) the task raised no
+    │                               interaction of this id (``task_id``,
+    │                               ``interaction_id``)
     └── InteractionClosedError      the interaction was answered, cleared, or a response
                                     to it was already submitted (``task_id``,
                                     ``interaction_id``)
@@ -173,8 +174,9 @@ class RedisModulesMissingError(CeleryHarnessError, HarnessTransportError):
     (a plain Redis 7, a managed Redis without modules): nothing can run there."""
 
 
-class UnknownInteractionError(CeleryHarnessError, LookupError):
-    """The task raised no interaction of this id (or its retention ended).
+class UnknownInteractionError(CeleryHarnessError, LookupError, ValueError):
+    """The task raised no interaction of this id (or its retention ended): bad input, so
+    also a ``ValueError`` (and a ``LookupError``, as an unknown key).
 
     Attributes:
         task_id: The task asked.
@@ -184,7 +186,7 @@ class UnknownInteractionError(CeleryHarnessError, LookupError):
     def __init__(self, task_id: str, interaction_id: str) -> None:
         self.task_id = task_id
         self.interaction_id = interaction_id
-        super().__init__(f"task {task_id} has no interaction {interaction_id!r}")
+        super().__init__(f"task {task_id} has no pending interaction {interaction_id!r}")
 
 
 class InteractionClosedError(CeleryHarnessError):

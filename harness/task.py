@@ -201,7 +201,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         Raises:
             ValueError: the wrong kind of response, or a decision the request does not
                 offer; nothing was sent, the interaction stays pending.
-            UnknownInteractionError: (a ``LookupError``) the task raised no such
+            UnknownInteractionError: (a ``LookupError`` and ``ValueError``) the task raised no such
                 interaction.
             InteractionClosedError: (a ``RuntimeError``) it is no longer pending here: a
                 response was already submitted, or it was resolved or cleared.
