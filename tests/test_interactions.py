@@ -5,6 +5,8 @@ read from the task's record and the deployment's running set."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import redis
 from agent_harness_protocol import (
@@ -37,6 +39,7 @@ from agent_harness_protocol.conformance import (
     ResponseAcceptanceFixture,
 )
 
+from harness import CeleryHarness
 from harness.admission import support_report, validate_session
 from wire.keys import Keys
 from wire.profiles import load_profiles
@@ -46,6 +49,7 @@ from wire.settings import Settings
 from .support.boundary import ModelBoundary
 from .support.fixtures import scoped_harness
 from .support.interaction_fixtures import interactions
+from .support.start_control import StartBoundary
 from .support.waiting import wait_for
 
 
@@ -262,5 +266,33 @@ async def test_the_next_task_of_a_session_whose_paused_task_was_cancelled_runs_a
         assert isinstance(await second.await_outcome(), Completed)
         assert [effect["task"] for effect in boundary.effects()] == [second.id.value]
         assert any("second" in text for text in boundary.calls_for(second.id.value)[0]["texts"])
+    finally:
+        await harness.aclose()
+
+
+async def test_a_resume_whose_publish_was_refused_is_published_again_by_the_sweeper(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    """The response is recorded (the task is due) but its resume message never reaches
+    the broker: the workers' sweeper publishes it, and the task resumes once."""
+    starts = StartBoundary()
+    harness = CeleryHarness(
+        settings,
+        profile="guarding",
+        run_metadata=boundary.run_metadata,
+        publisher_factory=starts.publisher,
+    )
+    try:
+        task = await (await harness.create_session(SessionSpec())).start_task(
+            TaskRequest(TextInput("guarded-effect"))
+        )
+        await wait_for(lambda: bool(task.pending_interactions))
+        (request,) = task.pending_interactions
+        starts.reject_before_delivery("the resume is lost")
+        await task.respond(request.interaction_id, ApprovalResponse(ApprovalDecision.APPROVE_ONCE))
+        assert starts.observed_submissions() == 2
+        assert starts.observed_accepted_starts() == 1  # the start only
+        assert isinstance(await asyncio.wait_for(task.await_outcome(), 60), Completed)
+        assert boundary.effect_count() == 1
     finally:
         await harness.aclose()
