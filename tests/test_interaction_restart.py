@@ -84,3 +84,34 @@ async def test_an_approval_answered_after_all_workers_restarted_performs_the_eff
         await harness.aclose()
         for process in (*first, *second):
             process.stop()
+
+
+async def test_a_paused_task_holds_no_slot_of_a_single_slot_worker(
+    restart_settings: Settings, boundary: ModelBoundary
+) -> None:
+    """One worker process with one slot: while a task waits for its caller, another
+    session's tasks run on that slot, and the answer then resumes the paused task there."""
+    worker = WorkerProcess(restart_settings, concurrency=1, name="restart-single-slot")
+    guarding = scoped_harness(restart_settings, boundary, "guarding")
+    plain = scoped_harness(restart_settings, boundary, "confirmed")
+    try:
+        worker.start()
+        paused = await (await guarding.create_session(SessionSpec())).start_task(
+            TaskRequest(TextInput("guarded-effect"))
+        )
+        await wait_for(lambda: bool(paused.pending_interactions), within=60)
+        session = await plain.create_session(SessionSpec())
+        for index in range(2):
+            other = await session.start_task(TaskRequest(TextInput(f"meanwhile {index}")))
+            assert isinstance(await other.await_outcome(), Completed)
+        assert not paused.state.is_terminal
+        (request,) = paused.pending_interactions
+        await paused.respond(
+            request.interaction_id, ApprovalResponse(ApprovalDecision.APPROVE_ONCE)
+        )
+        assert isinstance(await paused.await_outcome(), Completed)
+        assert boundary.effect_count() == 1
+    finally:
+        await guarding.aclose()
+        await plain.aclose()
+        worker.stop()
