@@ -296,3 +296,31 @@ async def test_a_resume_whose_publish_was_refused_is_published_again_by_the_swee
         assert boundary.effect_count() == 1
     finally:
         await harness.aclose()
+
+
+async def test_two_approvals_of_one_step_resume_the_task_only_once_both_are_answered(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    harness = scoped_harness(settings, boundary, "guarding-twice")
+    try:
+        task = await (await harness.create_session(SessionSpec())).start_task(
+            TaskRequest(TextInput("two effects"))
+        )
+        await wait_for(lambda: len(task.pending_interactions) == 2)
+        first, second = task.pending_interactions
+        await task.respond(first.interaction_id, ApprovalResponse(ApprovalDecision.APPROVE_ONCE))
+        assert [r.interaction_id for r in task.pending_interactions] == [second.interaction_id]
+        assert task.state is TaskState.AWAITING_RESPONSE
+        assert len(boundary.calls_for(task.id.value)) == 1  # not resumed yet
+        await task.respond(second.interaction_id, ApprovalResponse(ApprovalDecision.DECLINE))
+        outcome = await task.await_outcome()
+        assert isinstance(outcome, Completed)
+        effects = boundary.effects_for(task.id.value)
+        assert len(effects) == 1
+        # The approved request names its call's arguments; only that call ran.
+        assert isinstance(first, ApprovalRequest)
+        assert first.detail is not None
+        label = "first" if '"label":"first"' in first.detail else "second"
+        assert effects[0]["args"]["label"] == label
+    finally:
+        await harness.aclose()

@@ -58,6 +58,20 @@ GUARDED_PLAN = json.dumps(
 )
 """Each task: one call of the approval-gated tool, then an answer."""
 
+GUARDED_TWICE_PLAN = json.dumps(
+    [
+        {
+            "tool_call": {
+                "name": "guarded_effect",
+                "args": {"label": "first"},
+                "more": [{"name": "guarded_effect", "args": {"label": "second"}}],
+            }
+        },
+        {"reply": "both-decided"},
+    ]
+)
+"""Each task: two calls of the approval-gated tool in one message, then an answer."""
+
 QUESTION_PLAN = json.dumps(
     [
         {
@@ -191,6 +205,7 @@ _ALL = [
     # with "granted" the tool may be approved for the rest of the session.
     _profile("guarding", tools=(GUARDED_EFFECT,), plan=GUARDED_PLAN),
     _profile("guarding-granted", tools=(GRANTABLE_EFFECT,), plan=GUARDED_PLAN),
+    _profile("guarding-twice", tools=(GUARDED_EFFECT,), plan=GUARDED_TWICE_PLAN),
     _profile("questioning", questions=True, plan=QUESTION_PLAN),
     # A model that streams for about a second unless cancelled.
     _profile("slow", load_chunks=20, chunk_delay_ms=50),
