@@ -163,7 +163,6 @@ class TaskRunner:
                 return
             handed_back = claim.previous_state == HANDED_BACK
             resumed = handed_back or claim.previous_state == TaskState.RUNNING.value
-            # A task answered by its caller resumes from its interrupt: no run was lost.
             lease = SessionLease(
                 self._store,
                 session_id,
@@ -290,14 +289,16 @@ class TaskRunner:
         interruptions = 0
         try:
             while True:
+                resume = None
                 try:
                     # Paused at interrupts this task raised: resume them with the
-                    # caller's responses (also after a resumed run was lost).
-                    resume = await resume_values(
-                        self._store,
-                        live.task_id,
-                        await graph.pending_interrupts(self._store.keys.thread_id(session_id)),
-                    )
+                    # caller's responses (also after a resumed run was lost). Only a task
+                    # that paused before can have them: no read for the others. (A run
+                    # lost between its interrupt and the pause runs on and asks again.)
+                    if paused_before:
+                        thread_id = self._store.keys.thread_id(session_id)
+                        interrupts = await graph.pending_interrupts(thread_id)
+                        resume = await resume_values(self._store, live.task_id, interrupts)
                 except Exception as error:
                     if isinstance(error, CONNECTION_ERRORS):
                         raise
