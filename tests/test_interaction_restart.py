@@ -11,7 +11,10 @@ the model and the tool recorded.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+import redis
 from agent_harness_protocol import (
     ApprovalDecision,
     ApprovalResponse,
@@ -25,7 +28,7 @@ from tooling.worker_process import WorkerProcess
 from wire.settings import Settings
 
 from .support.boundary import ModelBoundary
-from .support.controlled_model import process_alive
+from .support.controlled_model import PREFIX, process_alive
 from .support.fixtures import scoped_harness
 from .support.waiting import wait_for
 
@@ -115,3 +118,35 @@ async def test_a_paused_task_holds_no_slot_of_a_single_slot_worker(
         await guarding.aclose()
         await plain.aclose()
         worker.stop()
+
+
+async def test_a_resumed_run_lost_before_its_approved_effect_resumes_again_and_performs_it_once(
+    restart_settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    """The approved tool's first run kills its worker process before the effect: the task,
+    resumed from its interrupt, lost its run; the next run (another process) resumes it
+    from the interrupt again with the recorded answer, without asking, and performs the
+    effect once."""
+    workers = _workers(restart_settings, "fragile")
+    harness = scoped_harness(restart_settings, boundary, "guarding-fragile")
+    try:
+        for process in workers:
+            process.start()
+        task = await (await harness.create_session(SessionSpec())).start_task(
+            TaskRequest(TextInput("fragile-effect"))
+        )
+        await wait_for(lambda: bool(task.pending_interactions), within=60)
+        (request,) = task.pending_interactions
+        await task.respond(request.interaction_id, ApprovalResponse(ApprovalDecision.APPROVE_ONCE))
+        outcome = await asyncio.wait_for(task.await_outcome(), 120)
+        assert isinstance(outcome, Completed)
+        (effect,) = boundary.effects_for(task.id.value)
+        assert effect["tool"] == "fragile_effect"
+        # The pid the tool's first run recorded before it killed its worker.
+        killed = int(str(sync_redis.get(f"{PREFIX}fragile:{task.id.value}")))
+        assert effect["pid"] != killed
+        assert not task.pending_interactions  # never asked again
+    finally:
+        await harness.aclose()
+        for process in workers:
+            process.stop()

@@ -58,6 +58,21 @@ GUARDED_PLAN = json.dumps(
 )
 """Each task: one call of the approval-gated tool, then an answer."""
 
+FRAGILE_EFFECT = ToolSpec(
+    "fragile_effect",
+    "tests.support.tools:fragile_effect",
+    "Record an effect that needs the caller's approval (its first run kills its worker).",
+    effect="appends a record to the test's effect log",
+    approval=ToolApproval.REQUIRED,
+)
+FRAGILE_PLAN = json.dumps(
+    [
+        {"tool_call": {"name": "fragile_effect", "args": {"label": "fragile"}}},
+        {"reply": "fragile-result"},
+    ]
+)
+"""Each task: one call of the approval-gated tool that kills its first worker."""
+
 GUARDED_TWICE_PLAN = json.dumps(
     [
         {
@@ -206,6 +221,7 @@ _ALL = [
     _profile("guarding", tools=(GUARDED_EFFECT,), plan=GUARDED_PLAN),
     _profile("guarding-granted", tools=(GRANTABLE_EFFECT,), plan=GUARDED_PLAN),
     _profile("guarding-twice", tools=(GUARDED_EFFECT,), plan=GUARDED_TWICE_PLAN),
+    _profile("guarding-fragile", tools=(FRAGILE_EFFECT,), plan=FRAGILE_PLAN),
     _profile("questioning", questions=True, plan=QUESTION_PLAN),
     # A model that streams for about a second unless cancelled.
     _profile("slow", load_chunks=20, chunk_delay_ms=50),
