@@ -29,7 +29,8 @@ from agent_harness_protocol import (
 )
 from redis.exceptions import RedisError
 
-from wire.codec import dumps
+from wire.codec import dumps, task_input_json
+from wire.narrowing import narrowing_of
 from wire.provider import PROVIDER
 from wire.store import BusyPolicy, ReleaseResult, StartResult
 
@@ -109,7 +110,7 @@ class CelerySession(AgentSession):
         return PersistentSessionRef(PROVIDER, namespace, self._id.value)
 
     def validate(self, request: TaskRequest) -> CompatibilityReport:
-        return validate_task(request)
+        return validate_task(request, self.runtime.profile, narrowing_of(self._spec))
 
     async def start_task(
         self,
@@ -165,7 +166,7 @@ class CelerySession(AgentSession):
             result, detail = await store.start_task(
                 self._id.value,
                 task_id.value,
-                dumps({"text": request.input.text}),
+                dumps(task_input_json(request)),
                 if_busy=if_busy,
                 idempotency=idempotency,
                 idempotency_retention=self.runtime.settings.idempotency_retention,

@@ -39,9 +39,11 @@ from agent_harness_protocol import (
     TaskId,
     TaskOutcome,
     TaskOutput,
+    TaskRequest,
     TaskStarted,
     TaskUnresolved,
     TerminalEvent,
+    TextInput,
     TextOutput,
     ToolCallChanged,
     Unresolved,
@@ -55,6 +57,7 @@ from agent_harness_protocol import (
 )
 
 from .errors import DecodeError
+from .narrowing import NO_NARROWING, NarrowedSessionSpec, Narrowing, narrowing_of
 
 USAGE_FIELDS = (
     "input_tokens",
@@ -319,7 +322,9 @@ def spec_to_json(spec: SessionSpec) -> dict[str, Any]:
     if requirements.workspace is not None or requirements.execution is not None:
         raise TypeError("workspace and execution requirements are not admitted")
     persistence = requirements.persistence
+    narrowing = narrowing_of(spec)
     return {
+        **({} if narrowing == NO_NARROWING else {"narrowing": narrowing.to_json()}),
         "instructions": spec.instructions,
         "model": spec.model,
         "requirements": {
@@ -340,10 +345,15 @@ def spec_to_json(spec: SessionSpec) -> dict[str, Any]:
 
 
 def spec_from_json(data: Any) -> SessionSpec:
+    """The stored spec; a :class:`NarrowedSessionSpec` when it narrowed the profile."""
     try:
         raw = data["requirements"]
         persistence = raw.get("persistence")
-        return SessionSpec(
+        narrowing = Narrowing.from_json(data.get("narrowing"))
+        kind = SessionSpec if narrowing == NO_NARROWING else NarrowedSessionSpec
+        extra: dict[str, Any] = {} if narrowing == NO_NARROWING else {"narrowing": narrowing}
+        return kind(
+            **extra,
             instructions=data.get("instructions"),
             model=data.get("model"),
             requirements=SessionRequirements(
@@ -357,6 +367,23 @@ def spec_from_json(data: Any) -> SessionSpec:
         )
     except (KeyError, ValueError, TypeError) as error:
         raise DecodeError(f"malformed session spec: {error}") from error
+
+
+def task_input_json(request: TaskRequest) -> dict[str, Any]:
+    """A task record's input: its text, and its narrowing when it has one."""
+    if not isinstance(request.input, TextInput):
+        raise TypeError("only TextInput is admitted")
+    narrowing = narrowing_of(request)
+    data: dict[str, Any] = {"text": request.input.text}
+    if narrowing != NO_NARROWING:
+        data["narrowing"] = narrowing.to_json()
+    return data
+
+
+def task_input_from_json(data: Any) -> tuple[str, Narrowing]:
+    if not isinstance(data, Mapping) or not isinstance(data.get("text"), str):
+        raise DecodeError("task input must be an object with text")
+    return data["text"], Narrowing.from_json(data.get("narrowing"))
 
 
 # -- run metadata ----------------------------------------------------------------------
