@@ -38,9 +38,11 @@ from wire.codec import (
     outcome_to_json,
     run_metadata_from_json,
     spec_from_json,
+    task_input_from_json,
     usage_from_json,
 )
 from wire.keys import is_valid_id
+from wire.narrowing import narrowing_of
 from wire.profiles import AgentProfile, CancellationSemantics
 from wire.records import SessionField, TaskField
 from wire.settings import Settings
@@ -246,7 +248,8 @@ class TaskRunner:
         try:
             profile = self._profile_for(session)
             spec = spec_from_json(loads(session[SessionField.SPEC]))
-            text = str(loads(record[TaskField.INPUT])["text"])
+            text, task_narrowing = task_input_from_json(loads(record[TaskField.INPUT]))
+            narrowing = task_narrowing.within(narrowing_of(spec))
             session_usage = usage_from_json(loads(session.get(SessionField.USAGE) or "{}"))
             labels = run_metadata_from_json(session.get(SessionField.METADATA, ""))
             graph = await self._graphs.graph(profile)
@@ -275,6 +278,7 @@ class TaskRunner:
                         metadata,
                         resumed=resumed,
                         lease=lease,
+                        narrowing=narrowing,
                     )
                 )
                 try:

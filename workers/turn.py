@@ -24,6 +24,7 @@ from agent_harness_protocol import (
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 
 from wire.codec import DIAGNOSTIC, SEMANTIC, diagnostic_to_entry, event_to_entry
+from wire.narrowing import NO_NARROWING, Narrowing
 from wire.provider import PROVIDER
 
 from .event_sink import EventSink
@@ -233,6 +234,7 @@ async def run_turn(
     *,
     resumed: bool = False,
     lease: object | None = None,
+    narrowing: Narrowing = NO_NARROWING,
 ) -> TurnResult:
     """Run the turn. A resumed task whose lost run already checkpointed its whole turn is
     finished from that checkpoint; one whose run stopped mid-turn runs on from there
@@ -248,7 +250,7 @@ async def run_turn(
         if point.kind is ResumeKind.CONTINUE:
             turn_input = None
     async for mode, payload in graph.stream_turn(
-        thread_id, turn_input, instructions, metadata, lease
+        thread_id, turn_input, instructions, metadata, lease, narrowing
     ):
         translator.observe(mode, payload)
     return translator.finish()
