@@ -8,16 +8,17 @@ deltas, completion, failure) also travels through Redis, so it works across proc
 Keys (test-only, outside every deployment namespace), under ``ahp-test:boundary:``:
 ``calls`` list of JSON calls, recorded the moment the model's stream is first advanced
 and stamped with the ``test_scope`` of the session's run metadata (so a boundary sees
-only its own test's calls), ``held`` hold flag, ``in_flight`` set of calls in progress
-(``"<pid>:<call id>"``, so a call of a killed worker is seen to be over),
-``cancellations`` and ``overlaps`` counters, ``cancelled`` the task ids whose model call
-received a cancellation, ``running:<session id>`` the calls in progress per session,
-``script:<task id>`` scripted commands for one task (``script:scope:<scope>`` for every
-task of one boundary, with the profile option ``script_by_scope``), ``cursor:<script
-key>`` how many of a script's commands the task's model calls consumed so far (a task
-with tools calls its model several times, each call goes on where the last one stopped),
-``deaf:<scope>`` set while the calls of one boundary disregard cancellation. An input
-containing ``AHP_KILL_WORKER`` makes the model SIGKILL its own worker process.
+only its own test's calls) and the names of the tools offered to it, ``held`` hold flag,
+``in_flight`` set of calls in progress (``"<pid>:<call id>"``, so a call of a killed
+worker is seen to be over), ``cancellations`` and ``overlaps`` counters, ``cancelled``
+the task ids whose model call received a cancellation, ``running:<session id>`` the
+calls in progress per session, ``script:<task id>`` scripted commands for one task
+(``script:scope:<scope>`` for every task of one boundary, with the profile option
+``script_by_scope``), ``cursor:<script key>`` how many of a script's commands the task's
+model calls consumed so far (a task with tools calls its model several times, each call
+goes on where the last one stopped), ``deaf:<scope>`` set while the calls of one
+boundary disregard cancellation. An input containing ``AHP_KILL_WORKER`` makes the model
+SIGKILL its own worker process.
 
 Script commands: ``{"op": "delta", "text"}``, ``{"op": "complete", "text", "finish_reason"?,
 "usage"?}``, ``{"op": "tool_call", "name", "args", "id"?, "usage"?}`` (ends the call with a
@@ -142,6 +143,13 @@ def _usage_fields(usage: Any) -> tuple[UsageMetadata | None, dict[str, Any]]:
     return None, {"token_usage": {k: v for k, v in counts.items() if isinstance(v, int)}}
 
 
+def _tool_name(tool: Any) -> str:
+    """The name of a tool offered to the model (a LangChain tool or a schema dict)."""
+    if isinstance(tool, dict):
+        return str(tool.get("name") or tool.get("function", {}).get("name", ""))
+    return str(getattr(tool, "name", ""))
+
+
 def turn_position(messages: list[BaseMessage]) -> int:
     """How many model messages the current turn already holds."""
     position = 0
@@ -248,6 +256,7 @@ class ControlledChatModel(BaseChatModel):
             "texts": [message.text for message in messages],
             "pid": os.getpid(),
             "scope": str(metadata.get(SCOPE, "")),
+            "tools": sorted(_tool_name(tool) for tool in kwargs.get("tools") or ()),
         }
         member = f"{os.getpid()}:{uuid4().hex}"
         reply = f"{self.reply}-{member.split(':')[1][:12]}" if self.reply_tagged else self.reply
