@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis
 from agent_harness_protocol import (
     CompatibilityStatus,
     Completed,
@@ -21,6 +22,7 @@ from agent_harness_protocol import (
 from wire.narrowing import NarrowedSessionSpec, NarrowedTaskRequest, Narrowing
 from wire.settings import Settings
 
+from .support.api import api_harness, auth, in_process, keyspace, problem_of
 from .support.boundary import ModelBoundary
 from .support.fixtures import scoped_harness
 
@@ -106,3 +108,28 @@ async def test_a_narrowed_budget_is_enforced_for_the_session_and_tighter_for_a_t
     assert second_outcome.kind is FailureKind.BUDGET_EXCEEDED
     assert boundary.effects_for(second.id.value) == []
     assert SessionSpec() == SessionSpec()  # plain specs are untouched by the extension
+
+
+async def test_the_http_api_refuses_widening_with_a_listed_422_and_admits_narrowing(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    async with in_process(api_harness(settings, boundary, "agent")) as client:
+        before = keyspace(sync_redis)
+        refused = await client.post("/v1/sessions", json={"tools": ["rm_rf"]}, headers=auth())
+        assert refused.status_code == 422
+        body = problem_of(refused)
+        assert body["type"].endswith("/incompatible-requirements")
+        assert [issue["path"] for issue in body["issues"]] == ["narrowing.tools"]
+        assert keyspace(sync_redis) == before
+        created = await client.post(
+            "/v1/sessions", json={"tools": ["failing_tool"]}, headers=auth()
+        )
+        assert created.status_code == 201, created.text
+        session_id = created.json()["id"]
+        wider = await client.post(
+            f"/v1/sessions/{session_id}/tasks",
+            json={"input": "x", "tools": ["record_effect"]},
+            headers=auth(),
+        )
+        assert wider.status_code == 422
+        assert [issue["path"] for issue in problem_of(wider)["issues"]] == ["narrowing.tools"]

@@ -15,7 +15,6 @@ from agent_harness_protocol import (
     InteractionId,
     InteractionResponse,
     SessionBlockedError,
-    TaskRequest,
     TextInput,
 )
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
@@ -23,6 +22,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from harness.errors import UnknownSessionError, UnknownTaskError
 from harness.task import CeleryTask
+from wire.narrowing import NarrowedTaskRequest
 from wire.store import BusyPolicy
 
 from .auth import tenant
@@ -128,7 +128,7 @@ async def _start(
     session = await api.handles.session(tenant, session_id)
     try:
         task = await session.start_task(
-            TaskRequest(TextInput(body.input)),
+            NarrowedTaskRequest(TextInput(body.input), narrowing=body.narrowing()),
             idempotency_key=idempotency_key,
             if_busy=BusyPolicy(body.if_busy.value),
         )
