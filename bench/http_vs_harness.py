@@ -55,9 +55,10 @@ if str(ROOT) not in sys.path:
 
 import aiohttp  # noqa: E402
 import httpx  # noqa: E402
+import redis  # noqa: E402
 from agent_harness_protocol import Completed, SessionSpec, TaskRequest, TextInput  # noqa: E402
 
-from bench.latency_throughput import _proc_cpu, machine_busy, tree_cpu  # noqa: E402
+from bench.latency_throughput import _children, _proc_cpu, machine_busy, tree_cpu  # noqa: E402
 from harness import CeleryHarness, CelerySession  # noqa: E402
 from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
 from tooling.worker_process import WorkerProcess  # noqa: E402
@@ -165,16 +166,19 @@ class HttpPath:
         tally.count("completed" if ok else str((outcome or {}).get("type", "none")))
 
     async def _stream(self, path: str) -> dict[str, object] | None:
+        """Read the response's events until the terminal one; only that one is parsed.
+        Reading by chunk, not by line: aiohttp's line iterator cost this client more CPU
+        per task than the API spent sending the events."""
         async with self.client.post(path, json={"input": PROMPT}) as events:
             events.raise_for_status()
-            kind = ""
-            async for raw in events.content:
-                line = raw.decode().rstrip("\r\n")
-                if line.startswith("event:"):
-                    kind = line[6:].strip()
-                elif line.startswith("data:") and kind in TERMINAL_EVENTS:
-                    outcome = json.loads(line[5:]).get("outcome")
-                    return outcome if isinstance(outcome, dict) else None
+            buffer = b""
+            async for chunk in events.content.iter_any():
+                buffer += chunk
+                *complete, buffer = buffer.replace(b"\r\n", b"\n").split(b"\n\n")
+                for event in complete:
+                    outcome = _terminal_outcome(event)
+                    if outcome is not None:
+                        return outcome
         return None
 
     async def release(self, session_id: str) -> None:
@@ -183,6 +187,20 @@ class HttpPath:
 
 
 TERMINAL_EVENTS = {"task_completed", "task_failed", "task_cancelled", "task_unresolved"}
+
+
+def _terminal_outcome(event: bytes) -> dict[str, object] | None:
+    """The outcome of one SSE event if it is a terminal one (``{}`` if it has none)."""
+    kind, data = "", ""
+    for line in event.decode().split("\n"):
+        if line.startswith("event:"):
+            kind = line[6:].strip()
+        elif line.startswith("data:"):
+            data = line[5:]
+    if kind not in TERMINAL_EVENTS:
+        return None
+    outcome = json.loads(data).get("outcome")
+    return outcome if isinstance(outcome, dict) else {}
 
 
 Path_ = HarnessPath | HttpPath
@@ -219,10 +237,46 @@ class Throughput:
     cpu_ms: dict[str, float]
     """CPU milliseconds per task, by process group (this process, the API, the workers,
     Redis), and what every other process of the machine used meanwhile."""
+    redis_calls: dict[str, float]
+    """Redis commands per task, by command (``INFO commandstats``), the busiest first."""
+    switches: dict[str, float]
+    """Involuntary context switches per task, by process group: preemptions, a measure
+    of how much the processes fought over the cores."""
+
+
+def preemptions(pids: Sequence[int], *, descendants: bool = True) -> int:
+    """Involuntary context switches of ``pids`` (and their descendants), all threads."""
+    total, seen, stack = 0, set(), list(pids)
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        with contextlib.suppress(OSError, ValueError):
+            for thread in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{thread}/status") as status:
+                    for line in status:
+                        if line.startswith("nonvoluntary_ctxt_switches:"):
+                            total += int(line.split()[1])
+        if descendants:
+            stack.extend(_children(pid))
+    return total
+
+
+def command_calls(redis_url: str) -> Counter[str]:
+    """Calls of every Redis command so far (``INFO commandstats``)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return Counter(
+        {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+    )
 
 
 async def scenario_throughput(
-    path: Path_, plan: Plan, groups: dict[str, list[int]]
+    path: Path_, plan: Plan, groups: dict[str, list[int]], redis_url: str
 ) -> tuple[Throughput, Tally]:
     tally = Tally()
     sessions = [await path.session() for _ in range(plan.sessions)]
@@ -235,7 +289,13 @@ async def scenario_throughput(
         # This process is the parent of every other group: count it alone.
         return _proc_cpu(pids[0]) if name == "bench" else tree_cpu(pids)
 
+    calls_before = command_calls(redis_url)
     cpu_before = {name: used(name, pids) for name, pids in groups.items()}
+
+    def preempted(name: str, pids: list[int]) -> int:
+        return preemptions(pids, descendants=name != "bench")
+
+    switches_before = {name: preempted(name, pids) for name, pids in groups.items()}
     busy_before = machine_busy()
     started = time.perf_counter()
     await asyncio.gather(*(chain(session_id) for session_id in sessions))
@@ -245,9 +305,17 @@ async def scenario_throughput(
         name: (used(name, pids) - cpu_before[name]) * 1000 / tasks for name, pids in groups.items()
     }
     cpu["other"] = max(0.0, (machine_busy() - busy_before) * 1000 / tasks - sum(cpu.values()))
+    switches = {
+        name: (preempted(name, pids) - switches_before[name]) / tasks
+        for name, pids in groups.items()
+    }
+    calls = command_calls(redis_url)
+    calls.subtract(calls_before)
+    calls["info"] -= 1  # the reading itself
+    per_task = {name: n / tasks for name, n in calls.most_common() if n > 0}
     for session_id in sessions:
         await path.release(session_id)
-    return Throughput(tasks / elapsed, cpu), tally
+    return Throughput(tasks / elapsed, cpu, per_task, switches), tally
 
 
 FAILURES: list[str] = []
@@ -324,7 +392,17 @@ def _env(settings: Settings) -> dict[str, str]:
     return env
 
 
-async def run(plan: Plan, log_dir: Path) -> int:
+def _print_round(name: str, result: Throughput) -> None:
+    cpu = "  ".join(f"{group} {ms:4.1f}" for group, ms in result.cpu_ms.items())
+    calls = "  ".join(f"{command} {n:.1f}" for command, n in result.redis_calls.items())
+    total = sum(result.redis_calls.values())
+    switches = "  ".join(f"{group} {n:.1f}" for group, n in result.switches.items())
+    print(f"  round {name:12} {result.rate:7.1f} tasks/s   CPU ms/task: {cpu}", flush=True)
+    print(f"        preemptions/task: {switches}", flush=True)
+    print(f"        Redis commands/task {total:.1f}: {calls}", flush=True)
+
+
+async def run(plan: Plan, log_dir: Path, show_rounds: bool = False) -> int:
     with EmbeddedRedis() as redis_server:
         settings = Settings(
             redis_url=redis_server.url,
@@ -369,8 +447,10 @@ async def run(plan: Plan, log_dir: Path) -> int:
                 }
                 throughput: dict[str, Throughput] = {}
                 for path in (direct, stream, wait, direct, stream, wait):
-                    result, tally = await scenario_throughput(path, plan, groups)
+                    result, tally = await scenario_throughput(path, plan, groups, redis_server.url)
                     _report_failures("throughput", {path.name: tally})
+                    if show_rounds:
+                        _print_round(path.name, result)
                     best = throughput.get(path.name)
                     if best is None or result.rate > best.rate:
                         throughput[path.name] = result
@@ -425,9 +505,14 @@ def _print(latency: dict[str, list[float]], throughput: dict[str, Throughput], p
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--quick", action="store_true", help="a short run (smoke test)")
+    parser.add_argument(
+        "--rounds",
+        action="store_true",
+        help="print every throughput round: CPU by process group and Redis commands by name",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-http-") as logs:
-        return asyncio.run(run(Plan.of(args.quick), Path(logs)))
+        return asyncio.run(run(Plan.of(args.quick), Path(logs), args.rounds))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -75,6 +76,19 @@ _STATE_OF_TERMINAL = {
 }
 
 
+StreamEntry = tuple[str, dict[str, str]]
+"""One entry of a task's Redis Stream: its id and its fields."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRead:
+    """The entries one read of a task's stream returned, in order; or, with ``dropped``,
+    how many reads a subscriber that fell behind missed (it must read them itself)."""
+
+    entries: tuple[StreamEntry, ...]
+    dropped: int = 0
+
+
 def remote_cause(cause: RemoteCause) -> RemoteTaskError:
     return RemoteTaskError(cause.type_name, cause.module, cause.message)
 
@@ -117,6 +131,9 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             capacity, lambda n: DiagnosticGap(task_id, n)
         )
         self._reader: asyncio.Task[None] | None = None
+        self._reads: BoundedFanout[StreamRead] | None = None
+        self._last_entry = "0-0"
+        """The id of the last stream entry the reader applied."""
         self._partial: list[str] = []
         """Answer text observed so far: the output of an outcome settled here."""
 
@@ -191,6 +208,25 @@ class CeleryTask(AgentTask, TaskDiagnostics):
     def settled(self) -> bool:
         return self._outcome.done()
 
+    def follow_reads(self) -> tuple[str, AsyncIterator[StreamRead]]:
+        """The id of the last stream entry this handle's reader applied, and every read it
+        makes after it: the raw entries, for a relay (the HTTP API's event stream) that
+        would otherwise read the same stream a second time.
+
+        The reads end when the reader stops, after the terminal entry or earlier (its
+        observation lost, or the outcome settled here): a relay that saw no terminal entry
+        reads on by itself from the last entry it received, as it does after a
+        ``StreamRead`` with ``dropped`` (it fell ``capacity`` reads behind)."""
+        if self._reads is None:
+            self._reads = BoundedFanout[StreamRead](
+                self._runtime.settings.event_buffer_capacity,
+                lambda n: StreamRead((), dropped=n),
+            )
+        reads = self._reads.subscribe()
+        if self._outcome.done() or self._reader is None or self._reader.done():
+            self._reads.close()
+        return self._last_entry, reads
+
     async def stop(self, within: float, reason: UnresolvedReason, known: str) -> None:
         """Request cancellation and wait at most ``within`` seconds; then settle
         ``Unresolved``."""
@@ -249,6 +285,8 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         self._outcome.set_result(outcome)
         self._events.close(event)
         self._diagnostics.close()
+        if self._reads is not None:
+            self._reads.close()
 
     async def _read(self, confirm: bool = False) -> None:
         """Follow the stream from its first entry until the terminal one; never dies
@@ -332,10 +370,12 @@ class CeleryTask(AgentTask, TaskDiagnostics):
                 await outage.back_off(error)
                 continue
             outage.recovered()
-            streams = cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply or [])
+            streams = cast(list[tuple[str, list[StreamEntry]]], reply or [])
             for _, entries in streams:
+                if self._reads is not None and entries:
+                    self._reads.publish(StreamRead(tuple(entries)))
                 for entry_id, fields in entries:
-                    last = entry_id
+                    last = self._last_entry = entry_id
                     self._apply(fields)
 
     def _lose_observation(self, seconds: float, error: BaseException) -> None:

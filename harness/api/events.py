@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, cast
 
 from agent_harness_protocol import (
@@ -40,6 +40,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sse_starlette import ServerSentEvent
 
+from harness.task import StreamRead
 from wire.codec import DIAGNOSTIC, diagnostic_from_entry, dumps, event_from_entry
 from wire.errors import DecodeError
 from wire.keys import Keys
@@ -160,19 +161,76 @@ def encode_entry(task_id: str, fields: dict[str, str]) -> tuple[str, dict[str, A
     return name, data, isinstance(event, TerminalEvent)
 
 
+def _encode_read(
+    task_id: str, entries: Iterable[tuple[str, dict[str, str]]]
+) -> tuple[bytes, str | None, bool]:
+    """One SSE chunk for the entries of one read, up to a terminal one: the chunk, the id
+    of its last entry (``None`` for no entry) and whether it ended with the terminal."""
+    chunk: list[bytes] = []
+    last: str | None = None
+    for entry_id, fields in entries:
+        last = entry_id
+        name, data, terminal = encode_entry(task_id, fields)
+        chunk.append(ServerSentEvent(data=dumps(data), event=name, id=entry_id).encode())
+        if terminal:
+            return b"".join(chunk), last, True
+    return b"".join(chunk), last, False
+
+
+def _after(entry_id: str, cursor: str) -> bool:
+    """Whether stream entry ``entry_id`` comes after ``cursor``."""
+    first, _, second = entry_id.partition("-")
+    before, _, rest = cursor.partition("-")
+    return (int(first), int(second or 0)) > (int(before), int(rest or 0))
+
+
 async def task_events(
     redis: Redis,
     keys: Keys,
     task_id: str,
     after: str,
     settled: Callable[[], Awaitable[bool]],
+    reads: tuple[str, AsyncIterator[StreamRead]] | None = None,
 ) -> AsyncIterator[bytes]:
     """The task's events after entry ``after`` (``0-0``: from the first), ending after
     the terminal one. ``settled()`` says whether the task is terminal or gone: a cursor
     already past the terminal entry (or a stream that expired) ends the stream instead
-    of waiting forever. Yields encoded SSE text, the events of one read at a time."""
+    of waiting forever. Yields encoded SSE text, the events of one read at a time.
+
+    ``reads`` (a task handle's ``follow_reads()``) relays the reads of a handle of this
+    process instead of reading the stream a second time; entries between ``after`` and
+    the handle's position are read here first, and whatever the relay cannot give (it fell
+    behind, or its reader stopped before the terminal entry) is read here too."""
     key = keys.events(task_id)
     last = after
+    if reads is not None:
+        position, relayed = reads
+        try:
+            if _after(position, last):
+                backlog = await redis.xrange(key, f"({last}", position)
+                chunk, end, terminal = _encode_read(
+                    task_id, cast(list[tuple[str, dict[str, str]]], backlog or [])
+                )
+                if end is not None:
+                    last = end
+                    yield chunk
+                if terminal:
+                    return
+            async for read in relayed:
+                if read.dropped:
+                    break  # fell behind: read the rest from the stream
+                fresh = [entry for entry in read.entries if _after(entry[0], last)]
+                chunk, end, terminal = _encode_read(task_id, fresh)
+                if end is not None:
+                    last = end
+                    yield chunk
+                if terminal:
+                    return
+        except (RedisError, HarnessTransportError) as error:
+            log.warning("event stream of task %s ended early: %s", task_id, type(error).__name__)
+            return
+        finally:
+            await cast(Any, relayed).aclose()
     while True:
         try:
             reply = await redis.xread({key: last}, count=_BATCH, block=_BLOCK_MS)
@@ -190,21 +248,14 @@ async def task_events(
             return
         # Every entry one read returned goes out as one chunk: one send through the
         # middleware and one socket write per read, not per event.
-        chunk: list[bytes] = []
-        terminal = False
         streams = cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply)
         for _, entries in streams:
-            for entry_id, fields in entries:
-                last = entry_id
-                name, data, terminal = encode_entry(task_id, fields)
-                chunk.append(ServerSentEvent(data=dumps(data), event=name, id=entry_id).encode())
-                if terminal:
-                    break
+            chunk, end, terminal = _encode_read(task_id, entries)
+            if end is not None:
+                last = end
+                yield chunk
             if terminal:
-                break
-        yield b"".join(chunk)
-        if terminal:
-            return
+                return
 
 
 __all__ = ["ENTRY_ID", "FIRST_EVENT_ID", "encode_entry", "encode_event", "task_events"]

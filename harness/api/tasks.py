@@ -21,7 +21,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from harness.errors import UnknownSessionError, UnknownTaskError
-from harness.task import CeleryTask
+from harness.task import CeleryTask, StreamRead
 from wire.narrowing import NarrowedTaskRequest
 from wire.store import BusyPolicy
 
@@ -229,7 +229,8 @@ async def start_task_streaming(
     created = ServerSentEvent(
         data=resource.model_dump_json(), event="task_created", id=FIRST_EVENT_ID
     ).encode()
-    events = _events(api, tenant, task.id.value, FIRST_EVENT_ID)
+    # This process's handle already reads the task's stream: relay its reads.
+    events = _events(api, tenant, task.id.value, FIRST_EVENT_ID, task.follow_reads())
     return EventSourceResponse(
         _cancelling(_prepend(created, events), task if cancel_on_disconnect else None),
         headers={
@@ -267,7 +268,13 @@ async def _cancel_quietly(task: CeleryTask) -> None:
         log.warning("task %s: cancelling after a disconnect failed: %s", task.id.value, error)
 
 
-def _events(api: ApiState, tenant: str, task_id: str, after: str) -> AsyncIterator[bytes]:
+def _events(
+    api: ApiState,
+    tenant: str,
+    task_id: str,
+    after: str,
+    reads: tuple[str, AsyncIterator[StreamRead]] | None = None,
+) -> AsyncIterator[bytes]:
     async def settled() -> bool:
         try:
             info = await api.harness.task_info(task_id, tenant=tenant)
@@ -275,7 +282,7 @@ def _events(api: ApiState, tenant: str, task_id: str, after: str) -> AsyncIterat
             return True  # its retention ended: no more entries will come
         return info.state.is_terminal
 
-    return event_stream(api.events_redis, api.keys, task_id, after, settled)
+    return event_stream(api.events_redis, api.keys, task_id, after, settled, reads)
 
 
 @router.get(
