@@ -25,6 +25,7 @@ from agent_harness_protocol import (
     SupportScope,
     TaskRequest,
     TextInput,
+    TextOutputRequirement,
     UnknownSupport,
     Unsupported,
     UserHistoryVisibility,
@@ -33,6 +34,7 @@ from agent_harness_protocol import (
 
 from wire.narrowing import NO_NARROWING, Narrowing, narrowing_issues, narrowing_of
 from wire.profiles import AgentProfile
+from wire.structured_output import schema_problems
 
 MAX_INPUT_CHARACTERS = 1_000_000
 MAX_INSTRUCTIONS_CHARACTERS = 100_000
@@ -77,9 +79,9 @@ def support_report(profile: AgentProfile) -> SupportReport:
             Capability.EXECUTION_CONSTRAINT: Unsupported(
                 "the harness cannot enforce the model provider's filesystem or network policy"
             ),
-            Capability.STRUCTURED_OUTPUT: Unsupported(
-                "structured output validation is not part of this graph"
-            ),
+            # The worker asks the model for a document and judges it against the schema
+            # (jsonschema, Draft 2020-12) before settling: see wire/structured_output.py.
+            Capability.STRUCTURED_OUTPUT: SUPPORTED,
             Capability.DIAGNOSTICS: SUPPORTED,
             Capability.CONTEXT_RETENTION: _declared_support(
                 profile.retention, ContextRetentionDisposition.EPHEMERAL, "context retention"
@@ -213,10 +215,16 @@ def validate_task(
                 f"{MAX_INPUT_CHARACTERS}",
             )
         )
-    if isinstance(request.requirements.output, StructuredOutputRequirement):
+    output = request.requirements.output
+    if isinstance(output, StructuredOutputRequirement):
+        issues.extend(
+            CompatibilityIssue("requirements.output.schema", problem)
+            for problem in schema_problems(output.schema)
+        )
+    elif not isinstance(output, TextOutputRequirement):
         issues.append(
             CompatibilityIssue(
-                "requirements.output", "this graph does not validate structured model output"
+                "requirements.output", f"unknown output requirement {type(output).__name__}"
             )
         )
     return CompatibilityReport(issues)

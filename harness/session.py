@@ -6,7 +6,9 @@ import asyncio
 import hashlib
 import logging
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 from uuid import uuid4
 
 from agent_harness_protocol import (
@@ -29,7 +31,7 @@ from agent_harness_protocol import (
 )
 from redis.exceptions import RedisError
 
-from wire.codec import dumps, task_input_json
+from wire.codec import dumps, task_input_to_json
 from wire.narrowing import narrowing_of
 from wire.provider import PROVIDER
 from wire.store import BusyPolicy, ReleaseResult, StartResult
@@ -149,7 +151,8 @@ class CelerySession(AgentSession):
             raise SessionBlockedError(self._id, "session has been released")
         self.validate(request).require_compatible()
         assert isinstance(request.input, TextInput)
-        idempotency = _idempotency(idempotency_key, request.input.text, if_busy)
+        task_input = task_input_to_json(request)
+        idempotency = _idempotency(idempotency_key, task_input, if_busy)
         store = self.runtime.store
         if self._unconfirmed:
             await self._block(self._unconfirmed)
@@ -166,7 +169,7 @@ class CelerySession(AgentSession):
             result, detail = await store.start_task(
                 self._id.value,
                 task_id.value,
-                dumps(task_input_json(request)),
+                dumps(task_input),
                 if_busy=if_busy,
                 idempotency=idempotency,
                 idempotency_retention=self.runtime.settings.idempotency_retention,
@@ -328,13 +331,21 @@ class CelerySession(AgentSession):
 _IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 
 
-def _idempotency(key: str | None, text: str, if_busy: BusyPolicy) -> tuple[str, str] | None:
-    """The key and a fingerprint of the request it names (a retry must repeat it)."""
+def _idempotency(
+    key: str | None, task_input: Mapping[str, Any], if_busy: BusyPolicy
+) -> tuple[str, str] | None:
+    """The key and a fingerprint of the request it names (a retry must repeat it: its
+    text, its output schema if any, and its busy policy)."""
     if key is None:
         return None
     if _IDEMPOTENCY_KEY.fullmatch(key) is None:
         raise ValueError("an idempotency key is 1-255 printable ASCII characters")
-    request = dumps({"input": text, "if_busy": if_busy.value})
+    fingerprinted: dict[str, Any] = {"input": task_input["text"], "if_busy": if_busy.value}
+    if "output_schema" in task_input:
+        fingerprinted["output_schema"] = task_input["output_schema"]
+    if "narrowing" in task_input:
+        fingerprinted["narrowing"] = task_input["narrowing"]
+    request = dumps(fingerprinted)
     return key, hashlib.sha256(request.encode()).hexdigest()[:32]
 
 

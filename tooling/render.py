@@ -20,6 +20,7 @@ from agent_harness_protocol import (
     Failed,
     MessageCompleted,
     MessageDelta,
+    StructuredOutput,
     TaskEvent,
     TaskOutcome,
     TaskStarted,
@@ -102,9 +103,15 @@ def print_outcome(outcome: TaskOutcome) -> None:
         f" (stop reason: {outcome.stop_reason.value})" if isinstance(outcome, Completed) else ""
     )
     console.print(f"Outcome: [bold {style}]{kind}[/]{detail}")
-    output = outcome.output.text if isinstance(outcome.output, TextOutput) else outcome.output
+    output = outcome.output
+    if isinstance(output, TextOutput):
+        shown = output.text
+    elif isinstance(output, StructuredOutput):
+        shown = f"{output.json}  [schema: {output.validation.value}]"
+    else:
+        shown = str(output)
     console.print("  output:         ", end="")
-    console.print(str(output), markup=False)
+    console.print(shown, markup=False)
     if not isinstance(outcome, Completed):
         console.print(f"  details:        {outcome}", markup=False)
     console.print(f"  usage:          {usage_text(outcome.usage)}")

@@ -29,9 +29,12 @@ from agent_harness_protocol import (
     ProviderDiagnostic,
     ProviderId,
     QuestionRequirement,
+    SchemaValidation,
     SessionRequirements,
     SessionSpec,
     StopReason,
+    StructuredOutput,
+    StructuredOutputRequirement,
     TaskCancelled,
     TaskCompleted,
     TaskEvent,
@@ -124,18 +127,32 @@ class RemoteCause:
 
 
 def _output_to_json(output: TaskOutput | None) -> dict[str, Any] | None:
+    """Text output ``{"text", "complete"}``; structured output ``{"json", "validation",
+    "complete"}`` (the settle script writes partial text output in the first shape)."""
     if output is None:
         return None
     if isinstance(output, TextOutput):
         return {"text": output.text, "complete": output.complete}
+    if isinstance(output, StructuredOutput):
+        return {
+            "json": output.json,
+            "validation": output.validation.value,
+            "complete": output.complete,
+        }
     raise TypeError(f"unsupported output {type(output).__name__}")
 
 
-def _output_from_json(data: Any) -> TextOutput | None:
+def _output_from_json(data: Any) -> TextOutput | StructuredOutput | None:
     if data is None:
         return None
+    if isinstance(data, Mapping) and isinstance(data.get("json"), str):
+        try:
+            validation = SchemaValidation(str(data.get("validation")))
+        except ValueError:
+            raise DecodeError("structured output needs a known validation") from None
+        return StructuredOutput(data["json"], validation, bool(data.get("complete", True)))
     if not isinstance(data, Mapping) or not isinstance(data.get("text"), str):
-        raise DecodeError("output must be an object with text")
+        raise DecodeError("output must be an object with text or json")
     return TextOutput(data["text"], bool(data.get("complete", True)))
 
 
@@ -369,21 +386,39 @@ def spec_from_json(data: Any) -> SessionSpec:
         raise DecodeError(f"malformed session spec: {error}") from error
 
 
-def task_input_json(request: TaskRequest) -> dict[str, Any]:
-    """A task record's input: its text, and its narrowing when it has one."""
+@dataclass(frozen=True, slots=True)
+class TaskInputRecord:
+    """What a worker reads of a task's input (``TaskField.INPUT``)."""
+
+    text: str
+    output_schema: str | None = None
+    """The JSON Schema (as the caller gave it) of a task requiring structured output."""
+    narrowing: Narrowing = NO_NARROWING
+    """How the task narrows its session's profile (``wire.narrowing``)."""
+
+
+def task_input_to_json(request: TaskRequest) -> dict[str, Any]:
+    """Encode an admitted request's input: ``{"text"}``, plus ``"output_schema"`` when it
+    requires structured output and ``"narrowing"`` when it narrows its session."""
     if not isinstance(request.input, TextInput):
         raise TypeError("only TextInput is admitted")
-    narrowing = narrowing_of(request)
     data: dict[str, Any] = {"text": request.input.text}
+    output = request.requirements.output
+    if isinstance(output, StructuredOutputRequirement):
+        data["output_schema"] = output.schema
+    narrowing = narrowing_of(request)
     if narrowing != NO_NARROWING:
         data["narrowing"] = narrowing.to_json()
     return data
 
 
-def task_input_from_json(data: Any) -> tuple[str, Narrowing]:
+def task_input_from_json(data: Any) -> TaskInputRecord:
     if not isinstance(data, Mapping) or not isinstance(data.get("text"), str):
         raise DecodeError("task input must be an object with text")
-    return data["text"], Narrowing.from_json(data.get("narrowing"))
+    schema = data.get("output_schema")
+    if schema is not None and not isinstance(schema, str):
+        raise DecodeError("a task input's output_schema must be a string")
+    return TaskInputRecord(data["text"], schema, Narrowing.from_json(data.get("narrowing")))
 
 
 # -- run metadata ----------------------------------------------------------------------

@@ -25,6 +25,7 @@ from agent_harness_protocol import ContextRetentionDisposition, UserHistoryVisib
 
 from .errors import ProfileError
 from .keys import require_valid_id
+from .pipelines import Pipeline
 
 JsonValue = str | int | float | bool | None
 
@@ -165,56 +166,6 @@ class Safeguards:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class PipelineStep:
-    """One step of a task pipeline (seed 002): its instruction and the tools (names of the
-    profile's tools) visible while it is in progress."""
-
-    name: str
-    instruction: str
-    tools: tuple[str, ...] = ()
-    required: bool = True
-
-    def __post_init__(self) -> None:
-        require_valid_id("pipeline step", self.name)
-        object.__setattr__(self, "tools", tuple(self.tools))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "instruction": self.instruction,
-            "tools": list(self.tools),
-            "required": self.required,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Pipeline:
-    """An ordered task pipeline; its semantics live with the steering middleware."""
-
-    steps: tuple[PipelineStep, ...]
-    global_tools: tuple[str, ...] = ()
-    enforce_order: bool = True
-    max_nudges: int = 3
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "steps", tuple(self.steps))
-        object.__setattr__(self, "global_tools", tuple(self.global_tools))
-        if not self.steps:
-            raise ProfileError("a pipeline needs at least one step")
-        names = [step.name for step in self.steps]
-        if len(set(names)) != len(names):
-            raise ProfileError("pipeline step names must be unique")
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "steps": [step.to_json() for step in self.steps],
-            "global_tools": list(self.global_tools),
-            "enforce_order": self.enforce_order,
-            "max_nudges": self.max_nudges,
-        }
-
-
 _DEFAULT_SAFEGUARDS = Safeguards()
 
 
@@ -242,14 +193,12 @@ class AgentProfile:
         if len(set(names)) != len(names):
             raise ProfileError(f"profile {self.name!r}: tool names must be unique")
         if self.pipeline is not None:
-            known = set(names)
-            for step in self.pipeline.steps:
-                for tool in (*step.tools, *self.pipeline.global_tools):
-                    if tool not in known:
-                        raise ProfileError(
-                            f"profile {self.name!r}: pipeline names tool {tool!r}, "
-                            "which the profile does not declare"
-                        )
+            unknown = self.pipeline.unknown_tools(names)
+            if unknown:
+                raise ProfileError(
+                    f"profile {self.name!r}: the pipeline names tools the profile does not "
+                    f"declare: {', '.join(unknown)}"
+                )
 
     def tool(self, name: str) -> ToolSpec | None:
         return next((tool for tool in self.tools if tool.name == name), None)

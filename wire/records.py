@@ -27,8 +27,9 @@ class TaskField(StrEnum):
     """The task's ``TaskState`` value: ``starting`` (caller's start), ``running`` (a worker's
     claim), then a terminal state written once by the settle helper of ``_prelude.lua``."""
     INPUT = "input"
-    """The task input as codec JSON (``{"text": ...}``). Written by ``start_task.lua``; read
-    by the worker's run."""
+    """The task input as codec JSON (``{"text": ..., "output_schema"?: ...}``, see
+    ``wire.codec.task_input_to_json``). Written by ``start_task.lua``; read by the worker's
+    run."""
     DELIVERIES = "deliveries"
     """How many times a worker claimed the task, less the graceful hand-backs (only lost
     deliveries count against ``max_deliveries``). Written by ``start_task.lua`` (0),

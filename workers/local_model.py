@@ -124,6 +124,14 @@ def planned_call(
     return by_name.get(wanted) if wanted is not None else None
 
 
+def answer_hint(messages: Sequence[BaseMessage]) -> str:
+    """After a tool's result, remind a small model what it was asked."""
+    asked = next(
+        (message.text for message in reversed(messages) if isinstance(message, HumanMessage)), ""
+    )
+    return f"Now answer the user's question in one sentence: {asked}"
+
+
 def _usage(read: int, written: int) -> UsageMetadata:
     return UsageMetadata(input_tokens=read, output_tokens=written, total_tokens=read + written)
 
@@ -192,7 +200,7 @@ class LocalChatModel(BaseChatModel):
         grammar = None
         hint = None
         if call is not None:
-            from llama_cpp import LlamaGrammar
+            from llama_cpp.llama_grammar import LlamaGrammar
 
             function = call["function"]
             schema = function.get("parameters") or {"type": "object", "properties": {}}
@@ -201,6 +209,8 @@ class LocalChatModel(BaseChatModel):
                 f"Call the tool {function['name']} ({function.get('description', '')}). "
                 "Write only its arguments as one JSON object."
             )
+        elif messages and isinstance(messages[-1], ToolMessage):
+            hint = answer_hint(messages)
         prompt = llama.tokenize(chatml(messages, hint).encode(), add_bos=False, special=True)
         end_tokens = {
             llama.token_eos(),

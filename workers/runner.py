@@ -47,6 +47,7 @@ from wire.profiles import AgentProfile, CancellationSemantics
 from wire.records import SessionField, TaskField
 from wire.settings import Settings
 from wire.store import HANDED_BACK, ClaimResult, RecordStore, Settlement, SettleResult
+from wire.structured_output import parse_schema
 
 from .errors import (
     ModelCallCancelledError,
@@ -60,6 +61,7 @@ from .lease import SessionLease
 from .loss import loss_policy
 from .pruning import CheckpointPruner
 from .stream_items import HaltReason
+from .structured import judged, system_prompt
 from .turn import TurnResult, TurnTranslator, run_turn
 
 log = logging.getLogger(__name__)
@@ -248,8 +250,12 @@ class TaskRunner:
         try:
             profile = self._profile_for(session)
             spec = spec_from_json(loads(session[SessionField.SPEC]))
-            text, task_narrowing = task_input_from_json(loads(record[TaskField.INPUT]))
-            narrowing = task_narrowing.within(narrowing_of(spec))
+            task_input = task_input_from_json(loads(record[TaskField.INPUT]))
+            text = task_input.text
+            narrowing = task_input.narrowing.within(narrowing_of(spec))
+            schema = (
+                None if task_input.output_schema is None else parse_schema(task_input.output_schema)
+            )
             session_usage = usage_from_json(loads(session.get(SessionField.USAGE) or "{}"))
             labels = run_metadata_from_json(session.get(SessionField.METADATA, ""))
             graph = await self._graphs.graph(profile)
@@ -274,7 +280,7 @@ class TaskRunner:
                         translator,
                         self._store.keys.thread_id(session_id),
                         text,
-                        spec.instructions,
+                        system_prompt(spec.instructions, schema),
                         metadata,
                         resumed=resumed,
                         lease=lease,
@@ -285,6 +291,8 @@ class TaskRunner:
                     outcome = await self._supervise(
                         task, live, profile, execution, resumed, translator
                     )
+                    if schema is not None:
+                        outcome = judged(outcome, schema, sink)
                 except asyncio.CancelledError:
                     # The worker is stopping mid-run: end the graph run before handing it
                     # back.

@@ -37,6 +37,7 @@ from .models import build_model
 from .pruning import CheckpointPruner
 from .run_summary import RunSummary, read_summary
 from .runner import GraphProvider, LiveRun, TaskRunner, ThreadDeleter
+from .steering import pipeline_middleware
 from .sweeper import LeaseSweeper
 from .tools import build_tools
 from .tracing import inline_untraced_spans
@@ -65,12 +66,19 @@ class _Graphs(GraphProvider):
     async def graph(self, profile: AgentProfile) -> AgentGraph:
         graph = self._graphs.get(profile.digest)
         if graph is None:
+            tools = build_tools(profile.tools)
+            steering = (
+                ()
+                if profile.pipeline is None
+                else pipeline_middleware(profile.pipeline, {tool.name: tool for tool in tools})
+            )
             graph = AgentGraph(
                 build_model(profile.model),
-                build_tools(profile.tools),
+                tools,
                 profile,
                 self._saver,
                 self.calls,
+                steering=steering,
             )
             self._graphs[profile.digest] = graph
         return graph

@@ -18,6 +18,8 @@ from langgraph.config import get_stream_writer
 
 TOOL_ITEM = "ahp_tool"
 HALT_ITEM = "ahp_halt"
+NOTICE_ITEM = "ahp_notice"
+"""Something the caller should know about the run, reported as a ``Warning`` (OTHER)."""
 
 
 class HaltReason(StrEnum):
@@ -75,6 +77,15 @@ def report_tool_change(change: ToolChange) -> None:
 
 def report_halt(halt: Halt) -> None:
     get_stream_writer()({HALT_ITEM: halt.to_json()})
+
+
+def report_notice(message: str) -> None:
+    get_stream_writer()({NOTICE_ITEM: message})
+
+
+def notice_of(item: Any) -> str | None:
+    data = item.get(NOTICE_ITEM) if isinstance(item, Mapping) else None
+    return data if isinstance(data, str) else None
 
 
 def tool_change_of(item: Any) -> ToolChange | None:

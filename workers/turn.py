@@ -19,6 +19,8 @@ from agent_harness_protocol import (
     TaskId,
     ToolCallChanged,
     UsageChanged,
+    Warning,
+    WarningKind,
     WorkId,
 )
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
@@ -29,7 +31,7 @@ from wire.provider import PROVIDER
 
 from .event_sink import EventSink
 from .graph import TASK_ID, AgentGraph, ResumeKind
-from .stream_items import Halt, halt_of, tool_change_of
+from .stream_items import Halt, halt_of, notice_of, tool_change_of
 from .usage import session_snapshot, usage_of
 
 __all__ = ["TurnResult", "TurnTranslator", "run_turn", "session_snapshot", "usage_of"]
@@ -161,6 +163,9 @@ class TurnTranslator:
             halt = halt_of(payload)
             if halt is not None:
                 self._halt = halt
+            notice = notice_of(payload)
+            if notice is not None:
+                self._emit(Warning(self._task_id, WarningKind.OTHER, notice))
             self._diagnose("custom", {"keys": sorted(payload) if isinstance(payload, dict) else []})
 
     def _model_message(self, message: AIMessage) -> None:

@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from agent_harness_protocol import AgentUsage, TaskOutcome, TaskState
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from harness.info import SessionInfo, TaskInfo
 from harness.task import CeleryTask
@@ -88,6 +88,13 @@ class Webhook(_Strict):
 
 class StartTask(_Narrowing):
     input: str = Field(min_length=1, description="The task's text input.")
+    output_schema: dict[str, Any] | StrictBool | None = Field(
+        default=None,
+        description="A JSON Schema (Draft 2020-12) the answer must conform to. The "
+        "completed task's output is then structured: the document and whether it is "
+        "``valid``, ``invalid`` or ``not_validated``. A schema that is not a usable "
+        "Draft 2020-12 schema (or references anything outside itself) is refused (422).",
+    )
     if_busy: IfBusyChoice = Field(default=IfBusyChoice.REJECT)
     webhook: Webhook | None = None
 
@@ -126,7 +133,27 @@ class Usage(BaseModel):
 
 
 class Output(BaseModel):
+    """Text output."""
+
     text: str
+    complete: bool
+
+
+class StructuredOutputBody(BaseModel):
+    """Structured output of a task started with an ``output_schema``."""
+
+    model_config = ConfigDict(
+        serialize_by_alias=True, validate_by_alias=True, validate_by_name=True
+    )
+
+    document: str = Field(
+        alias="json",
+        description="The JSON document of the answer (without a code fence around it), "
+        "or the whole answer when it carries none.",
+    )
+    validation: Literal["valid", "invalid", "not_validated"] = Field(
+        description="The worker's judgment of the answer against the schema."
+    )
     complete: bool
 
 
@@ -134,7 +161,9 @@ class Outcome(BaseModel):
     """The task's one terminal judgment."""
 
     type: Literal["completed", "failed", "cancelled", "unresolved"]
-    output: Output | None = Field(description="``null``: no output is known.")
+    output: StructuredOutputBody | Output | None = Field(
+        description="``null``: no output is known."
+    )
     usage: Usage
     session_usage: Usage | None
     stop_reason: str | None = Field(default=None, description="completed: why it stopped.")

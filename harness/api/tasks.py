@@ -15,6 +15,9 @@ from agent_harness_protocol import (
     InteractionId,
     InteractionResponse,
     SessionBlockedError,
+    StructuredOutputRequirement,
+    TaskRequest,
+    TaskRequirements,
     TextInput,
 )
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
@@ -22,6 +25,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from harness.errors import UnknownSessionError, UnknownTaskError
 from harness.task import CeleryTask, StreamRead
+from wire.codec import dumps
 from wire.narrowing import NarrowedTaskRequest
 from wire.store import BusyPolicy
 
@@ -106,6 +110,15 @@ CancelOnDisconnect = Annotated[
 ]
 
 
+def _request(body: StartTask) -> TaskRequest:
+    requirements = (
+        TaskRequirements()
+        if body.output_schema is None
+        else TaskRequirements(StructuredOutputRequirement(dumps(body.output_schema)))
+    )
+    return NarrowedTaskRequest(TextInput(body.input), requirements, body.narrowing())
+
+
 async def _start(
     api: ApiState,
     tenant: str,
@@ -128,7 +141,7 @@ async def _start(
     session = await api.handles.session(tenant, session_id)
     try:
         task = await session.start_task(
-            NarrowedTaskRequest(TextInput(body.input), narrowing=body.narrowing()),
+            _request(body),
             idempotency_key=idempotency_key,
             if_busy=BusyPolicy(body.if_busy.value),
         )

@@ -144,9 +144,14 @@ def _usage_fields(usage: Any) -> tuple[UsageMetadata | None, dict[str, Any]]:
 
 
 def _tool_name(tool: Any) -> str:
-    """The name of a tool offered to the model (a LangChain tool or a schema dict)."""
+    """The name of a bound tool (a ``BaseTool`` or an OpenAI-style tool dict)."""
     if isinstance(tool, dict):
-        return str(tool.get("name") or tool.get("function", {}).get("name", ""))
+        function = tool.get("function")
+        return (
+            str((function or tool).get("name", ""))
+            if isinstance(function, dict)
+            else str(tool.get("name", ""))
+        )
     return str(getattr(tool, "name", ""))
 
 
@@ -256,6 +261,7 @@ class ControlledChatModel(BaseChatModel):
             "texts": [message.text for message in messages],
             "pid": os.getpid(),
             "scope": str(metadata.get(SCOPE, "")),
+            # The tools the agent offered this call (bound through ``bind_tools``).
             "tools": sorted(_tool_name(tool) for tool in kwargs.get("tools") or ()),
         }
         member = f"{os.getpid()}:{uuid4().hex}"

@@ -5,6 +5,7 @@ import json
 from agent_harness_protocol import ContextRetentionDisposition as Retention
 from agent_harness_protocol import UserHistoryVisibility as Visibility
 
+from wire.pipelines import Pipeline, PipelineStep
 from wire.profiles import (
     AgentProfile,
     CancellationSemantics,
@@ -41,6 +42,39 @@ GUARDED_EFFECT = ToolSpec(
     approval=ToolApproval.REQUIRED,
 )
 TOOLS = (RECORD_EFFECT, FAILING_TOOL, GUARDED_EFFECT)
+RECORD_CATEGORY = ToolSpec(
+    "record_category",
+    "tests.support.tools:record_category",
+    "Record that an item was categorized.",
+    effect="appends a record to the test's effect log",
+)
+PIPELINE = Pipeline(
+    steps=(
+        PipelineStep(
+            "collect",
+            "STEP-COLLECT: record each item with record_effect.",
+            tools=("record_effect",),
+            validator="tests.support.steering:requires_recorded_effect",
+        ),
+        PipelineStep(
+            "categorize",
+            "STEP-CATEGORIZE: categorize each item with record_category.",
+            tools=("record_category",),
+        ),
+    ),
+    max_nudges=2,
+)
+ASYNC_VALIDATED = Pipeline(
+    steps=(
+        PipelineStep(
+            "collect",
+            "STEP-COLLECT: record two items with record_effect.",
+            tools=("record_effect",),
+            validator="tests.support.steering:at_least_two_items",
+        ),
+    ),
+    max_nudges=0,
+)
 
 SEQUENCE_PLAN = json.dumps(
     [
@@ -70,6 +104,7 @@ def _profile(
     visibility: Visibility = Visibility.UNKNOWN,
     tools: tuple[ToolSpec, ...] = (),
     safeguards: Safeguards | None = None,
+    pipeline: Pipeline | None = None,
     **options: str | int | bool | None,
 ) -> AgentProfile:
     return AgentProfile(
@@ -81,6 +116,7 @@ def _profile(
         history_visibility=visibility,
         tools=tools,
         safeguards=safeguards or Safeguards(),
+        pipeline=pipeline,
     )
 
 
@@ -98,6 +134,23 @@ _ALL = [
         reply="stream-complete",
     ),
     _profile("lifecycle", cancellation=UNCONFIRMED, scripted=True, ignore_cancellation=True),
+    # Each task's model calls follow that task's own script (``ModelBoundary.script``).
+    _profile("scripted", scripted=True),
+    # A two-step pipeline (collect, then categorize), scripted per task; failing_tool is
+    # named by no step, so it is visible in every step.
+    _profile(
+        "pipeline",
+        tools=(RECORD_EFFECT, RECORD_CATEGORY, FAILING_TOOL),
+        pipeline=PIPELINE,
+        scripted=True,
+    ),
+    # One step whose completion an async validator checks.
+    _profile(
+        "pipeline-async",
+        tools=(RECORD_EFFECT,),
+        pipeline=ASYNC_VALIDATED,
+        scripted=True,
+    ),
     _profile("metered", input_tokens=7, output_tokens=3),
     # Each run's answer names its worker process: a stale run's answer is recognisable.
     _profile("tagged", reply_tagged=True),

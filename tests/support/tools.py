@@ -55,3 +55,9 @@ async def failing_tool(label: str) -> str:
     """Records that it ran, then fails."""
     await _record("failing_tool", {"label": label})
     raise RuntimeError(f"failing_tool refused {label}")
+
+
+async def record_category(label: str) -> str:
+    """Record that ``label`` was categorized (the pipelines' second step)."""
+    await _record("record_category", {"label": label})
+    return f"categorized {label}"
