@@ -10,12 +10,11 @@ from agent_harness_protocol import Failed, SessionSpec, TaskRequest, TextInput
 
 from harness import CeleryHarness
 from wire.errors import ProfileError
+from wire.pipelines import Pipeline, PipelineStep
 from wire.profiles import (
     AgentProfile,
     ModelSource,
     ModelSpec,
-    Pipeline,
-    PipelineStep,
     Safeguards,
     ToolApproval,
     ToolSpec,
