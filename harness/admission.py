@@ -32,6 +32,7 @@ from agent_harness_protocol import (
     UserHistoryVisibilityRequirement,
 )
 
+from wire.narrowing import NO_NARROWING, Narrowing, narrowing_issues, narrowing_of
 from wire.profiles import AgentProfile, ToolApproval
 from wire.structured_output import schema_problems
 
@@ -162,6 +163,7 @@ def validate_session(profile: AgentProfile, spec: SessionSpec) -> CompatibilityR
             )
         )
     issues.extend(_persistence_issues(spec))
+    issues.extend(narrowing_issues(profile, narrowing_of(spec)))
     if requirements.workspace is not None:
         issues.append(
             CompatibilityIssue("requirements.workspace", "the graph establishes no workspace")
@@ -227,8 +229,16 @@ def _persistence_issues(spec: SessionSpec) -> list[CompatibilityIssue]:
     return issues
 
 
-def validate_task(request: TaskRequest) -> CompatibilityReport:
+def validate_task(
+    request: TaskRequest,
+    profile: AgentProfile | None = None,
+    session_narrowing: Narrowing = NO_NARROWING,
+) -> CompatibilityReport:
+    """Every issue of ``request``; with ``profile``, also whether its narrowing widens the
+    profile as the session narrowed it."""
     issues: list[CompatibilityIssue] = []
+    if profile is not None:
+        issues.extend(narrowing_issues(profile, narrowing_of(request), session_narrowing))
     if not isinstance(request.input, TextInput):
         issues.append(CompatibilityIssue("input", "only TextInput is accepted"))
     elif len(request.input.text) > MAX_INPUT_CHARACTERS:

@@ -32,6 +32,7 @@ from agent_harness_protocol import (
 from redis.exceptions import RedisError
 
 from wire.codec import dumps, task_input_to_json
+from wire.narrowing import narrowing_of
 from wire.provider import PROVIDER
 from wire.store import BusyPolicy, ReleaseResult, StartResult
 
@@ -111,7 +112,7 @@ class CelerySession(AgentSession):
         return PersistentSessionRef(PROVIDER, namespace, self._id.value)
 
     def validate(self, request: TaskRequest) -> CompatibilityReport:
-        return validate_task(request)
+        return validate_task(request, self.runtime.profile, narrowing_of(self._spec))
 
     async def start_task(
         self,
@@ -342,6 +343,8 @@ def _idempotency(
     fingerprinted: dict[str, Any] = {"input": task_input["text"], "if_busy": if_busy.value}
     if "output_schema" in task_input:
         fingerprinted["output_schema"] = task_input["output_schema"]
+    if "narrowing" in task_input:
+        fingerprinted["narrowing"] = task_input["narrowing"]
     request = dumps(fingerprinted)
     return key, hashlib.sha256(request.encode()).hexdigest()[:32]
 

@@ -66,6 +66,7 @@ from agent_harness_protocol import (
 
 from .errors import DecodeError
 from .interactions import InteractionPayload, resolution_from_json, resolution_to_json
+from .narrowing import NO_NARROWING, NarrowedSessionSpec, Narrowing, narrowing_of
 
 USAGE_FIELDS = (
     "input_tokens",
@@ -389,7 +390,9 @@ def spec_to_json(spec: SessionSpec) -> dict[str, Any]:
     if requirements.workspace is not None or requirements.execution is not None:
         raise TypeError("workspace and execution requirements are not admitted")
     persistence = requirements.persistence
+    narrowing = narrowing_of(spec)
     return {
+        **({} if narrowing == NO_NARROWING else {"narrowing": narrowing.to_json()}),
         "instructions": spec.instructions,
         "model": spec.model,
         "requirements": {
@@ -410,10 +413,15 @@ def spec_to_json(spec: SessionSpec) -> dict[str, Any]:
 
 
 def spec_from_json(data: Any) -> SessionSpec:
+    """The stored spec; a :class:`NarrowedSessionSpec` when it narrowed the profile."""
     try:
         raw = data["requirements"]
         persistence = raw.get("persistence")
-        return SessionSpec(
+        narrowing = Narrowing.from_json(data.get("narrowing"))
+        kind = SessionSpec if narrowing == NO_NARROWING else NarrowedSessionSpec
+        extra: dict[str, Any] = {} if narrowing == NO_NARROWING else {"narrowing": narrowing}
+        return kind(
+            **extra,
             instructions=data.get("instructions"),
             model=data.get("model"),
             requirements=SessionRequirements(
@@ -436,17 +444,22 @@ class TaskInputRecord:
     text: str
     output_schema: str | None = None
     """The JSON Schema (as the caller gave it) of a task requiring structured output."""
+    narrowing: Narrowing = NO_NARROWING
+    """How the task narrows its session's profile (``wire.narrowing``)."""
 
 
 def task_input_to_json(request: TaskRequest) -> dict[str, Any]:
     """Encode an admitted request's input: ``{"text"}``, plus ``"output_schema"`` when it
-    requires structured output."""
+    requires structured output and ``"narrowing"`` when it narrows its session."""
     if not isinstance(request.input, TextInput):
         raise TypeError("only TextInput is admitted")
     data: dict[str, Any] = {"text": request.input.text}
     output = request.requirements.output
     if isinstance(output, StructuredOutputRequirement):
         data["output_schema"] = output.schema
+    narrowing = narrowing_of(request)
+    if narrowing != NO_NARROWING:
+        data["narrowing"] = narrowing.to_json()
     return data
 
 
@@ -456,7 +469,7 @@ def task_input_from_json(data: Any) -> TaskInputRecord:
     schema = data.get("output_schema")
     if schema is not None and not isinstance(schema, str):
         raise DecodeError("a task input's output_schema must be a string")
-    return TaskInputRecord(data["text"], schema)
+    return TaskInputRecord(data["text"], schema, Narrowing.from_json(data.get("narrowing")))
 
 
 # -- run metadata ----------------------------------------------------------------------

@@ -43,20 +43,42 @@ class CancellationSemantics(StrEnum):
     COROUTINE_TERMINATION_CONFIRMS_WORK_STOPPED = "coroutine_termination_confirms_work_stopped"
 
 
+class ModelSource(StrEnum):
+    """How ``ModelSpec.target`` names the chat model."""
+
+    IMPORT_PATH = "import_path"
+    PROVIDER = "provider"
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """How a worker builds the chat model.
 
-    ``target`` is an import path ``"package.module:Attribute"`` of a ``BaseChatModel``
-    class or factory, called with ``options`` as keyword arguments.
+    With ``source=IMPORT_PATH`` (default), ``target`` is an import path
+    ``"package.module:Attribute"`` of a ``BaseChatModel`` class or factory, called with
+    ``options`` as keyword arguments. With ``source=PROVIDER``, ``target`` is an
+    ``init_chat_model`` string ``"provider:model"`` (``"openai:gpt-4.1"``; the provider's
+    LangChain package must be installed on the workers), built with ``options``.
     """
 
     target: str
     options: Mapping[str, JsonValue] = field(default_factory=dict)
+    source: ModelSource = ModelSource.IMPORT_PATH
 
     def __post_init__(self) -> None:
-        _require_target("model", self.target)
+        if self.source is ModelSource.IMPORT_PATH:
+            _require_target("model", self.target)
+        else:
+            provider, _, model = self.target.partition(":")
+            if not provider or not model:
+                raise ProfileError(f"model {self.target!r} must be 'provider:model'")
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"target": self.target, "options": dict(self.options)}
+        if self.source is not ModelSource.IMPORT_PATH:
+            data["source"] = self.source.value
+        return data
 
 
 def _require_target(kind: str, target: str) -> None:
@@ -186,7 +208,7 @@ class AgentProfile:
         differ from their defaults, so a profile that declares none keeps its digest."""
         data: dict[str, Any] = {
             "name": self.name,
-            "model": {"target": self.model.target, "options": dict(self.model.options)},
+            "model": self.model.to_json(),
             "model_id": self.model_id,
             "cancellation": self.cancellation.value,
             "retention": self.retention.value,

@@ -23,11 +23,20 @@ from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import Command
 
+from wire.narrowing import NO_NARROWING, Narrowing
 from wire.profiles import AgentProfile
 
 from .approvals import ApprovalRoute
 from .lease import LEASE_CONFIG_KEY
-from .middleware import INSTRUCTIONS, TASK_ID, GuardedModelCall, RunInstructions, ToolGuard
+from .middleware import (
+    INSTRUCTIONS,
+    OFFERED_TOOLS,
+    TASK_ID,
+    TOKEN_BUDGET,
+    GuardedModelCall,
+    RunInstructions,
+    ToolGuard,
+)
 from .model_calls import Gate, ModelCalls
 from .safeguards import SafeguardMiddleware, halt_in
 from .stream_items import Halt
@@ -83,7 +92,7 @@ class AgentGraph:
         # one, the safeguard hooks (two graph nodes per call) are left out.
         guarded = bool(tools) or bool(steering) or profile.safeguards.token_budget is not None
         middleware: list[AgentMiddleware[Any, Any, Any]] = [
-            RunInstructions(),
+            RunInstructions(frozenset(spec.name for spec in profile.tools)),
             *steering,
             *([SafeguardMiddleware(profile.safeguards)] if guarded else []),
             ToolGuard(
@@ -132,6 +141,7 @@ class AgentGraph:
         metadata: Mapping[str, str],
         lease: object | None = None,
         resume: Mapping[str, Any] | None = None,
+        narrowing: Narrowing = NO_NARROWING,
     ) -> AsyncIterator[tuple[str, Any]]:
         """Run one turn, or (``text=None``) run on from the thread's checkpoint; yields
         LangGraph's native ``(mode, payload)`` stream items.
@@ -139,8 +149,14 @@ class AgentGraph:
         ``lease`` (the run's ``workers.lease.SessionLease``) travels in the run's config to
         every checkpointer call of this run: the saver fences its writes with it.
         ``resume`` (``{interrupt id: resume value}``) resumes a turn paused at interrupts
-        with the caller's responses."""
-        configurable: dict[str, Any] = {"thread_id": thread_id, INSTRUCTIONS: instructions}
+        with the caller's responses. ``narrowing`` (the session's and the task's) limits
+        the tools offered and the token budget of every step."""
+        configurable: dict[str, Any] = {
+            "thread_id": thread_id,
+            INSTRUCTIONS: instructions,
+            OFFERED_TOOLS: None if narrowing.tools is None else list(narrowing.tools),
+            TOKEN_BUDGET: narrowing.token_budget,
+        }
         if lease is not None:
             configurable[LEASE_CONFIG_KEY] = lease
         config: RunnableConfig = {"configurable": configurable, "metadata": dict(metadata)}

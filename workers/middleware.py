@@ -51,6 +51,10 @@ T = TypeVar("T")
 
 INSTRUCTIONS = "ahp_instructions"
 TASK_ID = "ahp_task_id"
+OFFERED_TOOLS = "ahp_offered_tools"
+"""Run config: the names of the profile's tools this run may offer (``None``: all)."""
+TOKEN_BUDGET = "ahp_token_budget"
+"""Run config: a narrowed token budget per task (``None``: the profile's)."""
 
 ModelHandler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
 ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
@@ -61,15 +65,35 @@ def run_key(config: RunnableConfig) -> str:
     return str(config.get("metadata", {}).get(TASK_ID, ""))
 
 
+def offered(declared: frozenset[str], name: str) -> bool:
+    """Whether this run may offer (and run) tool ``name``: tools the profile declares may
+    be narrowed away; tools of other middleware (a pipeline's status tool) may not."""
+    allowed = get_config().get("configurable", {}).get(OFFERED_TOOLS)
+    return allowed is None or name not in declared or name in allowed
+
+
 class RunInstructions(AgentMiddleware[Any, Any, Any]):
-    """Outermost: the session's instructions, from the run's config, as system message."""
+    """Outermost: the session's instructions, from the run's config, as system message;
+    the profile's tools narrowed to those this run may offer."""
+
+    def __init__(self, declared: frozenset[str] = frozenset()) -> None:
+        super().__init__()
+        self._declared = declared
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: ModelHandler
     ) -> ModelResponse[Any]:
-        instructions = get_config().get("configurable", {}).get(INSTRUCTIONS)
+        configurable = get_config().get("configurable", {})
+        instructions = configurable.get(INSTRUCTIONS)
         if instructions is not None:
             request = request.override(system_message=SystemMessage(content=instructions))
+        if configurable.get(OFFERED_TOOLS) is not None:
+            tools = [
+                tool
+                for tool in request.tools
+                if isinstance(tool, dict) or offered(self._declared, tool.name)
+            ]
+            request = request.override(tools=tools)
         return await handler(request)
 
 
@@ -161,6 +185,12 @@ class ToolGuard(AgentMiddleware[Any, Any, Any]):
         name = call["name"]
         arguments = canonical_arguments(call.get("args", {}))
         spec = self._tools.get(name)
+        if not offered(frozenset(self._tools), name):
+            message = f"the tool {name} is not offered to this task"
+            report_tool_change(
+                ToolChange(work_id, name, WorkStatus.FAILED, arguments, None, message)
+            )
+            return ToolMessage(content=message, tool_call_id=work_id, name=name, status="error")
         await self._calls.before_call(key)
         if spec is not None and spec.approval is ToolApproval.REQUIRED:
             decision = await self._approvals.authorize(request, spec)

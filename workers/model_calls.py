@@ -51,7 +51,14 @@ class ModelCalls:
             if task.cancelled():
                 # The delivered cancellation ended the model call; end the run with it.
                 raise ModelCallCancelledError(key) from None
+            # The run itself was cancelled (its worker stops, its lease was lost): cancel
+            # the model call and end the run only once the call has ended, so a run seen
+            # ended never leaves its model call behind (a hand-back would let another
+            # worker call the model of this session while this call still runs). A call
+            # that disregards the cancellation keeps the run going: the caller's budget
+            # decides what that means.
             task.cancel()
+            await asyncio.wait({task})
             raise
         finally:
             if self._calls.get(key) is task:

@@ -44,6 +44,7 @@ from wire.codec import (
     usage_to_json,
 )
 from wire.keys import is_valid_id
+from wire.narrowing import narrowing_of
 from wire.profiles import AgentProfile, CancellationSemantics
 from wire.records import SessionField, TaskField
 from wire.settings import Settings
@@ -267,6 +268,7 @@ class TaskRunner:
             spec = spec_from_json(loads(session[SessionField.SPEC]))
             task_input = task_input_from_json(loads(record[TaskField.INPUT]))
             text = task_input.text
+            narrowing = task_input.narrowing.within(narrowing_of(spec))
             schema = (
                 None if task_input.output_schema is None else parse_schema(task_input.output_schema)
             )
@@ -323,6 +325,7 @@ class TaskRunner:
                         resumed=resumed,
                         lease=lease,
                         resume=resume,
+                        narrowing=narrowing,
                     )
                 )
                 try:

@@ -42,6 +42,7 @@ from .runner import GraphProvider, LiveRun, TaskRunner, ThreadDeleter
 from .steering import pipeline_middleware
 from .sweeper import LeaseSweeper
 from .tools import build_tools
+from .tracing import inline_untraced_spans
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -219,6 +220,7 @@ class WorkerRuntime:
         """``republish(task_id, session_id)`` publishes a run message again (from a worker
         thread); without it this process does not sweep for lost tasks."""
         fail_fast_if_missing("langchain.schema")
+        inline_untraced_spans()
         self.settings = settings
         self._republish = republish
         self.profiles = profiles if profiles is not None else load_profiles(settings.profiles)

@@ -31,7 +31,7 @@ from langgraph.runtime import Runtime
 
 from wire.profiles import Safeguards
 
-from .middleware import run_key
+from .middleware import TOKEN_BUDGET, run_key
 from .stream_items import Halt, HaltReason, canonical_arguments, report_halt
 from .usage import measured_tokens
 
@@ -77,6 +77,13 @@ def _not_run(message: AIMessage, why: str) -> list[AnyMessage]:
     ]
 
 
+def _budget(profile_budget: int | None) -> int | None:
+    """The profile's budget, or the run's narrowed one when smaller."""
+    narrowed = get_config().get("configurable", {}).get(TOKEN_BUDGET)
+    budgets = [b for b in (profile_budget, narrowed) if isinstance(b, int)]
+    return min(budgets) if budgets else None
+
+
 class SafeguardMiddleware(AgentMiddleware[GuardState, Any, Any]):
     state_schema = GuardState
 
@@ -112,7 +119,7 @@ class SafeguardMiddleware(AgentMiddleware[GuardState, Any, Any]):
         tokens = measured_tokens(last)
         used = guard["tokens"]
         guard["tokens"] = None if tokens is None or used is None else used + tokens
-        budget = self._limits.token_budget
+        budget = _budget(self._limits.token_budget)
         if budget is not None and (guard["tokens"] is None or guard["tokens"] > budget):
             detail = (
                 f"the task used {guard['tokens']} tokens, over its budget of {budget}"

@@ -27,6 +27,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 
 from wire.codec import DIAGNOSTIC, SEMANTIC, diagnostic_to_entry, event_to_entry
 from wire.interactions import InteractionPayload
+from wire.narrowing import NO_NARROWING, Narrowing
 from wire.provider import PROVIDER
 
 from .effects import effect_of
@@ -262,6 +263,7 @@ async def run_turn(
     resumed: bool = False,
     lease: object | None = None,
     resume: Mapping[str, Any] | None = None,
+    narrowing: Narrowing = NO_NARROWING,
 ) -> TurnResult:
     """Run the turn. A resumed task whose lost run already checkpointed its whole turn is
     finished from that checkpoint; one whose run stopped mid-turn runs on from there
@@ -280,7 +282,7 @@ async def run_turn(
         if point.kind is ResumeKind.CONTINUE:
             turn_input = None
     async for mode, payload in graph.stream_turn(
-        thread_id, turn_input, instructions, metadata, lease, resume
+        thread_id, turn_input, instructions, metadata, lease, resume, narrowing
     ):
         translator.observe(mode, payload)
     return translator.finish()

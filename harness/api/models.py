@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from harness.info import SessionInfo, TaskInfo
 from harness.task import CeleryTask
 from wire.codec import outcome_to_json, usage_to_json
+from wire.narrowing import Narrowing
 
 
 class IfBusyChoice(StrEnum):
@@ -45,7 +46,24 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class CreateSession(_Strict):
+class _Narrowing(_Strict):
+    tools: list[str] | None = Field(
+        default=None,
+        max_length=256,
+        description="Offer only these of the profile's tools (default: all offered here); "
+        "a tool not offered here is refused (422).",
+    )
+    token_budget: int | None = Field(
+        default=None,
+        description="A smaller token budget per task than the profile's (or the session's); "
+        "a larger one is refused (422).",
+    )
+
+    def narrowing(self) -> Narrowing:
+        return Narrowing(None if self.tools is None else tuple(self.tools), self.token_budget)
+
+
+class CreateSession(_Narrowing):
     instructions: str | None = Field(
         default=None, description="System instructions sent with every model call."
     )
@@ -75,7 +93,7 @@ class Webhook(_Strict):
     )
 
 
-class StartTask(_Strict):
+class StartTask(_Narrowing):
     input: str = Field(min_length=1, description="The task's text input.")
     output_schema: dict[str, Any] | StrictBool | None = Field(
         default=None,

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, Path, Response, status
 from harness.errors import CheckpointCleanupError, UnknownSessionError
 from harness.session import CelerySession
 from wire.keys import is_valid_id
+from wire.narrowing import NarrowedSessionSpec
 from wire.provider import PROVIDER
 
 from .auth import tenant
@@ -89,9 +90,10 @@ async def create_session(
         if body.persistent
         else None
     )
-    spec = SessionSpec(
+    spec = NarrowedSessionSpec(
         instructions=body.instructions,
         requirements=SessionRequirements(persistence=persistence),
+        narrowing=body.narrowing(),
     )
     session = await api.harness.create_session(spec, tenant=tenant)
     assert isinstance(session, CelerySession)

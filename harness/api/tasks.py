@@ -32,6 +32,7 @@ from harness.errors import (
 )
 from harness.task import CeleryTask, StreamRead
 from wire.codec import dumps
+from wire.narrowing import NarrowedTaskRequest
 from wire.store import BusyPolicy
 
 from .auth import tenant
@@ -124,10 +125,12 @@ CancelOnDisconnect = Annotated[
 
 
 def _request(body: StartTask) -> TaskRequest:
-    if body.output_schema is None:
-        return TaskRequest(TextInput(body.input))
-    schema = StructuredOutputRequirement(dumps(body.output_schema))
-    return TaskRequest(TextInput(body.input), TaskRequirements(schema))
+    requirements = (
+        TaskRequirements()
+        if body.output_schema is None
+        else TaskRequirements(StructuredOutputRequirement(dumps(body.output_schema)))
+    )
+    return NarrowedTaskRequest(TextInput(body.input), requirements, body.narrowing())
 
 
 async def _start(

@@ -8,16 +8,17 @@ deltas, completion, failure) also travels through Redis, so it works across proc
 Keys (test-only, outside every deployment namespace), under ``ahp-test:boundary:``:
 ``calls`` list of JSON calls, recorded the moment the model's stream is first advanced
 and stamped with the ``test_scope`` of the session's run metadata (so a boundary sees
-only its own test's calls), ``held`` hold flag, ``in_flight`` set of calls in progress
-(``"<pid>:<call id>"``, so a call of a killed worker is seen to be over),
-``cancellations`` and ``overlaps`` counters, ``cancelled`` the task ids whose model call
-received a cancellation, ``running:<session id>`` the calls in progress per session,
-``script:<task id>`` scripted commands for one task (``script:scope:<scope>`` for every
-task of one boundary, with the profile option ``script_by_scope``), ``cursor:<script
-key>`` how many of a script's commands the task's model calls consumed so far (a task
-with tools calls its model several times, each call goes on where the last one stopped),
-``deaf:<scope>`` set while the calls of one boundary disregard cancellation. An input
-containing ``AHP_KILL_WORKER`` makes the model SIGKILL its own worker process.
+only its own test's calls) and the names of the tools offered to it, ``held`` hold flag,
+``in_flight`` set of calls in progress (``"<pid>:<call id>"``, so a call of a killed
+worker is seen to be over), ``cancellations`` and ``overlaps`` counters, ``cancelled``
+the task ids whose model call received a cancellation, ``running:<session id>`` the
+calls in progress per session, ``script:<task id>`` scripted commands for one task
+(``script:scope:<scope>`` for every task of one boundary, with the profile option
+``script_by_scope``), ``cursor:<script key>`` how many of a script's commands the task's
+model calls consumed so far (a task with tools calls its model several times, each call
+goes on where the last one stopped), ``deaf:<scope>`` set while the calls of one
+boundary disregard cancellation. An input containing ``AHP_KILL_WORKER`` makes the model
+SIGKILL its own worker process.
 
 Script commands: ``{"op": "delta", "text"}``, ``{"op": "complete", "text", "finish_reason"?,
 "usage"?}``, ``{"op": "tool_call", "name", "args", "id"?, "usage"?}`` (ends the call with a

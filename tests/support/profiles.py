@@ -9,6 +9,7 @@ from wire.pipelines import Pipeline, PipelineStep
 from wire.profiles import (
     AgentProfile,
     CancellationSemantics,
+    ModelSource,
     ModelSpec,
     Safeguards,
     ToolApproval,
@@ -270,5 +271,13 @@ _ALL = [
         output_tokens=3,
     ),
 ]
+
+# A provider string whose LangChain package no worker has: its tasks fail with the reason.
+_ALL.append(
+    AgentProfile(
+        "unbuildable-provider",
+        ModelSpec("no-such-provider:some-model", source=ModelSource.PROVIDER),
+    )
+)
 
 PROFILES = {profile.name: profile for profile in _ALL}
