@@ -11,8 +11,10 @@ from .errors import (
     CeleryHarnessError,
     CheckpointCleanupError,
     IdempotencyKeyReusedError,
+    InteractionClosedError,
     RemoteTaskError,
     SessionBusyError,
+    UnknownInteractionError,
     UnknownSessionError,
     UnknownTaskError,
 )
@@ -32,6 +34,7 @@ __all__ = [
     "CheckpointCleanupError",
     "Histogram",
     "IdempotencyKeyReusedError",
+    "InteractionClosedError",
     "ModelSpec",
     "RemoteTaskError",
     "SessionBusyError",
@@ -40,6 +43,7 @@ __all__ = [
     "TaskInfo",
     "TaskMetrics",
     "TaskStatistics",
+    "UnknownInteractionError",
     "UnknownSessionError",
     "UnknownTaskError",
 ]

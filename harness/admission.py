@@ -32,7 +32,7 @@ from agent_harness_protocol import (
     UserHistoryVisibilityRequirement,
 )
 
-from wire.profiles import AgentProfile
+from wire.profiles import AgentProfile, ToolApproval
 from wire.structured_output import schema_problems
 
 MAX_INPUT_CHARACTERS = 1_000_000
@@ -61,13 +61,40 @@ def _declared_issue(path: str, declared: object, requirement: object) -> Compati
     return CompatibilityIssue(path, f"the agent profile declares {declared}, not {requirement}")
 
 
+def _gated_tools(profile: AgentProfile) -> list[str]:
+    return [tool.name for tool in profile.tools if tool.approval is ToolApproval.REQUIRED]
+
+
+def _approval_support(profile: AgentProfile) -> Support:
+    gated = _gated_tools(profile)
+    if not gated:
+        return Unsupported(
+            "the agent profile declares no approval-gated tool; DENY_ALL is admitted"
+        )
+    granted = [tool.name for tool in profile.tools if tool.session_grant is not None]
+    return ConditionalSupport(
+        SupportScope.SESSION,
+        f"calls of {', '.join(gated)} pause the task (AWAITING_RESPONSE, no worker held) "
+        "until the caller approves once, declines or cancels; approve-for-session only for "
+        + (", ".join(granted) if granted else "no tool")
+        + " (a described grant, enforced by the workers); AGENT_REVIEWED is rejected",
+    )
+
+
+def _question_support(profile: AgentProfile) -> Support:
+    if not profile.questions:
+        return Unsupported("the agent profile does not let the agent ask the caller")
+    return ConditionalSupport(
+        SupportScope.SESSION,
+        "the agent's ask_caller tool pauses the task until the caller answers",
+    )
+
+
 def support_report(profile: AgentProfile) -> SupportReport:
     return SupportReport(
         {
-            Capability.CALLER_APPROVAL: Unsupported(
-                "this graph has no caller approval route yet; DENY_ALL is admitted"
-            ),
-            Capability.QUESTIONS: Unsupported("this graph has no caller question route yet"),
+            Capability.CALLER_APPROVAL: _approval_support(profile),
+            Capability.QUESTIONS: _question_support(profile),
             Capability.PERSISTENCE: ConditionalSupport(
                 SupportScope.SESSION,
                 "persistent contexts live in Redis and reopen in any harness of any process "
@@ -114,18 +141,25 @@ def validate_session(profile: AgentProfile, spec: SessionSpec) -> CompatibilityR
                 + (f" ({profile.model_id!r})" if profile.model_id else " (none declared)"),
             )
         )
-    if requirements.approval not in {
-        ApprovalRequirement.PROVIDER_DEFAULT,
-        ApprovalRequirement.DENY_ALL,
-    }:
+    if requirements.approval is ApprovalRequirement.AGENT_REVIEWED:
         issues.append(
             CompatibilityIssue(
-                "requirements.approval", "this graph cannot route approval decisions"
+                "requirements.approval", "no agent reviews approvals here; the caller decides"
             )
         )
-    if requirements.questions is not QuestionRequirement.NOT_REQUIRED:
+    elif requirements.approval is ApprovalRequirement.CALLER_DECIDES and not _gated_tools(profile):
         issues.append(
-            CompatibilityIssue("requirements.questions", "this graph cannot route caller answers")
+            CompatibilityIssue(
+                "requirements.approval",
+                f"profile {profile.name!r} declares no approval-gated tool to route",
+            )
+        )
+    if requirements.questions is not QuestionRequirement.NOT_REQUIRED and not profile.questions:
+        issues.append(
+            CompatibilityIssue(
+                "requirements.questions",
+                f"profile {profile.name!r} does not let the agent ask the caller",
+            )
         )
     issues.extend(_persistence_issues(spec))
     if requirements.workspace is not None:

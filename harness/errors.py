@@ -27,8 +27,14 @@ its message)::
     ├── StoredHistoryUnavailableError   (also HarnessTransportError) the context's
     │                               checkpoint history is missing from storage
     │                               (``session_id``)
-    └── RedisModulesMissingError    (also HarnessTransportError) the deployment's Redis
-                                    lacks the Query Engine or JSON checkpoints need
+    ├── RedisModulesMissingError    (also HarnessTransportError) the deployment's Redis
+    │                               lacks the Query Engine or JSON checkpoints need
+    ├── UnknownInteractionError     (also LookupError, ValueError) the task raised no
+    │                               interaction of this id (``task_id``,
+    │                               ``interaction_id``)
+    └── InteractionClosedError      the interaction was answered, cleared, or a response
+                                    to it was already submitted (``task_id``,
+                                    ``interaction_id``)
 """
 
 from __future__ import annotations
@@ -166,3 +172,35 @@ class StoredHistoryUnavailableError(CeleryHarnessError, HarnessTransportError):
 class RedisModulesMissingError(CeleryHarnessError, HarnessTransportError):
     """The deployment's Redis lacks the Query Engine or JSON that checkpoints need
     (a plain Redis 7, a managed Redis without modules): nothing can run there."""
+
+
+class UnknownInteractionError(CeleryHarnessError, LookupError, ValueError):
+    """The task raised no interaction of this id (or its retention ended): bad input, so
+    also a ``ValueError`` (and a ``LookupError``, as an unknown key).
+
+    Attributes:
+        task_id: The task asked.
+        interaction_id: The id given.
+    """
+
+    def __init__(self, task_id: str, interaction_id: str) -> None:
+        self.task_id = task_id
+        self.interaction_id = interaction_id
+        super().__init__(f"task {task_id} has no pending interaction {interaction_id!r}")
+
+
+class InteractionClosedError(CeleryHarnessError):
+    """The interaction is no longer pending for this handle: a response to it was already
+    submitted (also by a caller that was cancelled meanwhile), or it was resolved
+    (answered, or cleared by cancellation, the task's end or an unconfirmed response).
+    Nothing was sent.
+
+    Attributes:
+        task_id: The task.
+        interaction_id: The interaction.
+    """
+
+    def __init__(self, task_id: str, interaction_id: str, why: str) -> None:
+        self.task_id = task_id
+        self.interaction_id = interaction_id
+        super().__init__(f"interaction {interaction_id} of task {task_id}: {why}")

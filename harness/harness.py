@@ -14,6 +14,7 @@ from agent_harness_protocol import (
     CompatibilityIssue,
     CompatibilityReport,
     IncompatibleRequirementError,
+    InteractionRequest,
     PersistentSessionRef,
     PersistentSessions,
     ProviderId,
@@ -23,6 +24,7 @@ from agent_harness_protocol import (
     StorageNamespace,
     SupportReport,
     TaskId,
+    TaskState,
 )
 from redis.exceptions import RedisError
 
@@ -44,8 +46,16 @@ from .errors import (
     UnknownSessionError,
     UnknownTaskError,
 )
-from .info import SessionInfo, TaskInfo, TaskMetrics, session_info, task_info
+from .info import (
+    SessionInfo,
+    TaskInfo,
+    TaskMetrics,
+    pending_requests,
+    session_info,
+    task_info,
+)
 from .redis_errors import reported
+from .responses import ResponderFactory
 from .runtime import CallerRuntime, PublisherFactory
 from .session import CelerySession
 from .task import CeleryTask
@@ -69,6 +79,9 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         profiles: The registry to resolve a profile name in (default: the settings').
         publisher_factory: Builds the publisher of run messages (default: Celery to the
             settings' broker). A seam for tests that must control delivery.
+        responder_factory: Builds the deliverer of responses to interactions (default:
+            the respond script on the settings' Redis). A seam for tests that must
+            control delivery.
         run_metadata: String labels stored with every session this harness creates and
             passed to each of its graph runs' LangChain config metadata (tracing tags,
             a test's scope). Keys starting with ``ahp_`` are reserved.
@@ -81,11 +94,13 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         profile: AgentProfile | str | None = None,
         profiles: Mapping[str, AgentProfile] | None = None,
         publisher_factory: PublisherFactory | None = None,
+        responder_factory: ResponderFactory | None = None,
         run_metadata: Mapping[str, str] | None = None,
     ) -> None:
         self._settings = settings if settings is not None else Settings()
         self._run_metadata = run_metadata_json(run_metadata or {})
         self._publisher_factory = publisher_factory
+        self._responder_factory = responder_factory
         if isinstance(profile, AgentProfile):
             self._profile = profile
         else:
@@ -129,7 +144,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
     def _open(self) -> CallerRuntime:
         if self._runtime is None:
             self._runtime = CallerRuntime.open(
-                self._settings, self._profile, self._publisher_factory
+                self._settings, self._profile, self._publisher_factory, self._responder_factory
             )
         return self._runtime
 
@@ -334,13 +349,20 @@ class CeleryHarness(AgentHarness, PersistentSessions):
 
     async def task_info(self, task_id: str, *, tenant: str | None = None) -> TaskInfo:
         """The task's record as a view; retained ``AHP_TASK_RETENTION`` after it settled.
+        A task awaiting its caller lists the interactions it waits for.
 
         Raises:
             UnknownTaskError: no such task for ``tenant``.
             HarnessTransportError: Redis could not be reached.
         """
         runtime = self._open()
-        return task_info(task_id, await self._owned_task(runtime, task_id, tenant))
+        record = await self._owned_task(runtime, task_id, tenant)
+        pending: tuple[InteractionRequest, ...] = ()
+        if record.get(TaskField.STATE) == TaskState.AWAITING_RESPONSE.value:
+            with reported("the task could not be read"):
+                raised, resolved = await runtime.store.interactions(task_id)
+            pending = pending_requests(raised, resolved)
+        return task_info(task_id, record, pending)
 
     async def task_metrics(self) -> TaskMetrics:
         """The pool's task figures: counters and histograms every process keeps in

@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from agent_harness_protocol import AgentUsage, TaskOutcome, TaskState
+from agent_harness_protocol import AgentUsage, InteractionRequest, TaskOutcome, TaskState
 
 from wire.codec import RemoteCause, loads, outcome_from_json, usage_from_json
+from wire.interactions import InteractionPayload
 from wire.records import SessionField, TaskField
 from wire.statistics import TaskStatistics
 
@@ -51,6 +52,8 @@ class TaskInfo:
     claimed_at: datetime | None
     """The latest claim by a worker."""
     settled_at: datetime | None
+    pending_interactions: tuple[InteractionRequest, ...] = ()
+    """What the task waits for its caller to answer (approvals, questions)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +97,23 @@ def session_info(
     )
 
 
-def task_info(task_id: str, record: Mapping[str, str]) -> TaskInfo:
+def pending_requests(
+    raised: Mapping[str, str], resolved: Mapping[str, str]
+) -> tuple[InteractionRequest, ...]:
+    """The requests of a task's interactions (``Keys.interactions``) that have no
+    resolution yet (``Keys.responses``)."""
+    return tuple(
+        InteractionPayload.from_json(payload).to_request()
+        for key, payload in raised.items()
+        if key not in resolved
+    )
+
+
+def task_info(
+    task_id: str,
+    record: Mapping[str, str],
+    pending: tuple[InteractionRequest, ...] = (),
+) -> TaskInfo:
     outcome_json = record.get(TaskField.OUTCOME, "")
     return TaskInfo(
         id=task_id,
@@ -108,7 +127,15 @@ def task_info(task_id: str, record: Mapping[str, str]) -> TaskInfo:
         created_at=_time(record.get(TaskField.CREATED_MS)),
         claimed_at=_time(record.get(TaskField.CLAIMED_MS)),
         settled_at=_time(record.get(TaskField.SETTLED_MS)),
+        pending_interactions=pending,
     )
 
 
-__all__ = ["SessionInfo", "TaskInfo", "TaskMetrics", "session_info", "task_info"]
+__all__ = [
+    "SessionInfo",
+    "TaskInfo",
+    "TaskMetrics",
+    "pending_requests",
+    "session_info",
+    "task_info",
+]

@@ -24,6 +24,7 @@ from wire.settings import Settings
 from wire.store import RecordStore
 
 from .errors import RedisModulesMissingError
+from .responses import Responder, ResponderFactory, StoreResponder
 from .transport import Publisher, TaskPublisher
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class CallerRuntime:
     redis: Redis
     store: RecordStore
     publisher: Publisher
+    responder: Responder
     sessions: set[OpenSession] = field(default_factory=set)
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     closed: bool = False
@@ -78,6 +80,7 @@ class CallerRuntime:
         settings: Settings,
         profile: AgentProfile,
         publisher_factory: PublisherFactory | None = None,
+        responder_factory: ResponderFactory | None = None,
     ) -> CallerRuntime:
         pool = BlockingConnectionPool.from_url(
             settings.redis_url,
@@ -88,13 +91,15 @@ class CallerRuntime:
         )
         redis = Redis(connection_pool=pool)
         keys = Keys(settings.namespace)
+        store = RecordStore(redis, keys, settings.task_retention)
         return cls(
             settings=settings,
             profile=profile,
             keys=keys,
             redis=redis,
-            store=RecordStore(redis, keys, settings.task_retention),
+            store=store,
             publisher=(publisher_factory or TaskPublisher)(settings),
+            responder=(responder_factory or StoreResponder)(store),
         )
 
     async def require_checkpoint_modules(self) -> None:

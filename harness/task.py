@@ -1,8 +1,11 @@
 """The caller-side handle of one delegated task.
 
 One background reader per handle follows the task's Redis Stream from its first entry,
-updates the ``state`` snapshot, and feeds every ``events()`` and ``diagnostics()``
-subscription through its own bounded buffer. The terminal entry is written by the one
+updates the ``state`` snapshot and ``pending_interactions``, and feeds every ``events()``
+and ``diagnostics()`` subscription through its own bounded buffer. Each interaction is
+resolved at most once in a handle's events: a resolution this handle made locally (a
+cancellation clearing it, an unconfirmed response) is not repeated when the stream
+brings the durable one. The terminal entry is written by the one
 atomic settle script, so every reader of every process sees the same single outcome.
 """
 
@@ -17,15 +20,23 @@ from typing import Any, cast
 
 from agent_harness_protocol import (
     AgentTask,
+    ApprovalDecision,
+    ApprovalResponse,
+    Cleared,
+    ClearReason,
     DiagnosticEvent,
     DiagnosticGap,
     HarnessTransportError,
     InteractionId,
     InteractionRequest,
+    InteractionRequested,
+    InteractionResolved,
     InteractionResponse,
+    InteractionResponseUnconfirmedError,
     MessageDelta,
     MessageRole,
     ObservationGap,
+    Responded,
     SessionId,
     TaskEvent,
     TaskId,
@@ -34,6 +45,7 @@ from agent_harness_protocol import (
     TaskState,
     TerminalEvent,
     TextOutput,
+    UnconfirmedResponse,
     Unresolved,
     UnresolvedReason,
     Warning,
@@ -47,20 +59,27 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from wire.backoff import Outage
 from wire.codec import (
     DIAGNOSTIC,
+    INTERACTION_TAG,
     RemoteCause,
     diagnostic_from_entry,
+    dumps,
     event_from_entry,
+    event_to_entry,
     loads,
     outcome_from_json,
     outcome_to_json,
     terminal_event,
 )
 from wire.errors import DecodeError
-from wire.store import CancelResult, SettleResult
+from wire.interactions import (
+    InteractionPayload,
+    resolution_to_json,
+)
+from wire.store import CancelResult, RespondResult, SettleResult
 
-from .errors import RemoteTaskError
+from .errors import InteractionClosedError, RemoteTaskError, UnknownInteractionError
 from .fanout import BoundedFanout
-from .redis_errors import reported
+from .redis_errors import Fate, fate, reported
 from .runtime import CallerRuntime
 
 log = logging.getLogger(__name__)
@@ -136,6 +155,16 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         """The id of the last stream entry the reader applied."""
         self._partial: list[str] = []
         """Answer text observed so far: the output of an outcome settled here."""
+        self._raised: dict[str, InteractionPayload] = {}
+        """Every interaction this handle saw raised, by id."""
+        self._pending: dict[str, InteractionRequest] = {}
+        self._resolved: set[str] = set()
+        """Interactions whose resolution this handle's events carried (at most once each)."""
+        self._submitted: set[str] = set()
+        """Interactions this handle sent a response to: never sent twice."""
+        self._delivering: dict[str, InteractionResolved | None] = {}
+        """Responses in flight, with the resolution the stream brought meanwhile: held
+        back until the delivery's fate decides which resolution this handle reports."""
 
     # -- AgentTask ----------------------------------------------------------------------
     @property
@@ -159,10 +188,159 @@ class CeleryTask(AgentTask, TaskDiagnostics):
 
     @property
     def pending_interactions(self) -> tuple[InteractionRequest, ...]:
-        return ()
+        return tuple(self._pending.values())
 
     async def respond(self, interaction_id: InteractionId, response: InteractionResponse) -> None:
-        raise ValueError(f"task {self._id.value} has no pending interaction {interaction_id.value}")
+        """Answer a pending approval or question; its task resumes on any worker.
+
+        The response is checked here first (nothing is sent for a wrong one), then
+        delivered once by one atomic script. A handle sends at most one response per
+        interaction, also when the caller of the first one was cancelled meanwhile (that
+        delivery goes on).
+
+        Raises:
+            ValueError: the wrong kind of response, or a decision the request does not
+                offer; nothing was sent, the interaction stays pending.
+            UnknownInteractionError: (a ``LookupError`` and ``ValueError``) the task raised no such
+                interaction.
+            InteractionClosedError: (a ``RuntimeError``) it is no longer pending here: a
+                response was already submitted, or it was resolved or cleared.
+            HarnessTransportError: the response surely did not reach Redis; it stays
+                pending, respond again.
+            InteractionResponseUnconfirmedError: whether the response was applied is
+                unknown (its reply was lost), or the task was cancelled or ended before
+                it arrived; the interaction is cleared here (``RESPONSE_UNCONFIRMED``)
+                and no second response can duplicate an effect.
+        """
+        key = interaction_id.value
+        if key in self._submitted:
+            raise InteractionClosedError(self._id.value, key, "a response was already submitted")
+        if key in self._resolved:
+            raise InteractionClosedError(self._id.value, key, "it is resolved")
+        payload = self._raised.get(key) or await self._look_up(key)
+        payload.check(response)
+        if key in self._submitted or key in self._resolved:  # decided while looking it up
+            raise InteractionClosedError(self._id.value, key, "it is no longer pending")
+        self._submitted.add(key)
+        # The delivery belongs to the handle, not to this caller: cancelling the caller
+        # leaves it running (and the gate closed).
+        delivery = self._runtime.spawn(self._deliver(payload, response))
+        await asyncio.shield(delivery)
+
+    async def _look_up(self, key: str) -> InteractionPayload:
+        """An interaction this handle's reader has not seen yet, from Redis."""
+        with reported("the interaction could not be read"):
+            raised, resolved = await self._runtime.store.interactions(self._id.value)
+        if key not in raised:
+            raise UnknownInteractionError(self._id.value, key)
+        if key in resolved:
+            raise InteractionClosedError(self._id.value, key, "it is resolved")
+        payload = InteractionPayload.from_json(raised[key])
+        self._raised.setdefault(key, payload)
+        return payload
+
+    async def _deliver(self, payload: InteractionPayload, response: InteractionResponse) -> None:
+        key = payload.interaction_id
+        resolution = Responded(response)
+        event = InteractionResolved(self._id, InteractionId(key), resolution)
+        decision = response.decision if isinstance(response, ApprovalResponse) else None
+        self._delivering[key] = None
+        try:
+            await self._deliver_once(payload, response, event, decision)
+        finally:
+            held = self._delivering.pop(key, None)
+            if held is not None and key not in self._resolved:
+                self._resolved.add(key)
+                self._events.publish(held)
+
+    async def _deliver_once(
+        self,
+        payload: InteractionPayload,
+        response: InteractionResponse,
+        event: InteractionResolved,
+        decision: ApprovalDecision | None,
+    ) -> None:
+        key = payload.interaction_id
+        resolution = event.resolution
+        try:
+            result, detail, settled, promoted = await self._runtime.responder.respond(
+                self._session_id.value,
+                self._id.value,
+                key,
+                dumps(resolution_to_json(resolution)),
+                event_to_entry(event)[1],
+                grant=decision is ApprovalDecision.APPROVE_FOR_SESSION,
+                cancels=decision is ApprovalDecision.CANCEL,
+            )
+        except RedisError as error:
+            if fate(error) is Fate.REFUSED:
+                self._submitted.discard(key)  # surely not delivered: still pending
+                raise HarnessTransportError(
+                    f"the response to interaction {key} did not reach Redis "
+                    f"({type(error).__name__}: {error}); it is still pending"
+                ) from error
+            self._clear(key, ClearReason.RESPONSE_UNCONFIRMED)
+            raise InteractionResponseUnconfirmedError(
+                UnconfirmedResponse(self._id, InteractionId(key)),
+                f"whether the response to interaction {key} was applied is unknown "
+                f"({type(error).__name__}: {error}); it is not sent again",
+            ) from error
+        if result is RespondResult.OK:
+            self._pending.pop(key, None)
+            self._settle_awaiting()
+            if decision is ApprovalDecision.CANCEL:
+                # The script recorded the cancellation and settled a paused task: this
+                # handle's events carry the answer before the terminal event.
+                self._cancel_recorded = True
+                if key not in self._resolved:
+                    self._resolved.add(key)
+                    self._events.publish(event)
+                for other in tuple(self._pending):
+                    self._clear(other, ClearReason.CANCELLATION_REQUESTED)
+                if settled:
+                    self._finish(outcome_from_json(loads(settled), remote_cause))
+                if promoted:
+                    self._runtime.spawn(self._publish_promoted(promoted))
+            if detail == "1":
+                await self._publish_resume()
+            return
+        self._pending.pop(key, None)
+        self._settle_awaiting()
+        if result is RespondResult.RESOLVED:
+            raise InteractionClosedError(self._id.value, key, "another response resolved it")
+        if result is RespondResult.UNKNOWN:
+            raise UnknownInteractionError(self._id.value, key)
+        # Cancelled or settled before the response arrived: it was not applied. The
+        # cancellation's own resolution (cleared) is what the events carry.
+        raise InteractionResponseUnconfirmedError(
+            UnconfirmedResponse(self._id, InteractionId(key)),
+            f"the task was {'cancelled' if result is RespondResult.CANCELLED else 'settled'} "
+            f"before the response to interaction {key} arrived; it was not applied",
+        )
+
+    async def _publish_resume(self) -> None:
+        """The task is due: publish its resume run. A failure is logged: the workers'
+        sweeper publishes it again (the task is in the starting set)."""
+        try:
+            await self._runtime.publisher.publish(self._id.value, self._session_id.value)
+        except Exception as error:
+            log.warning(
+                "publishing the resume of task %s failed (the sweeper will): %s",
+                self._id.value,
+                error,
+            )
+
+    def _clear(self, key: str, reason: ClearReason) -> None:
+        """Resolve ``key`` here as cleared, once, in this handle's events."""
+        self._pending.pop(key, None)
+        if key not in self._resolved and key in self._raised:
+            self._resolved.add(key)
+            self._events.publish(InteractionResolved(self._id, InteractionId(key), Cleared(reason)))
+        self._settle_awaiting()
+
+    def _settle_awaiting(self) -> None:
+        if not self._pending and self._state is TaskState.AWAITING_RESPONSE:
+            self._state = TaskState.RUNNING
 
     async def request_cancellation(self) -> None:
         """Record the request durably, tell the running worker at once; a task still queued
@@ -183,6 +361,9 @@ class CeleryTask(AgentTask, TaskDiagnostics):
                 self._session_id.value, self._id.value
             )
         self._cancel_recorded = True
+        # The script cleared every pending interaction before recording the request.
+        for key in tuple(self._pending):
+            self._clear(key, ClearReason.CANCELLATION_REQUESTED)
         if result is CancelResult.SETTLED:
             self._finish(outcome_from_json(loads(payload), remote_cause))
         if promoted:
@@ -280,6 +461,12 @@ class CeleryTask(AgentTask, TaskDiagnostics):
     def _finish(self, outcome: TaskOutcome) -> None:
         if self._outcome.done():
             return
+        for key, held in tuple(self._delivering.items()):
+            if held is not None and key not in self._resolved:
+                self._resolved.add(key)
+                self._events.publish(held)
+        for key in tuple(self._pending):
+            self._clear(key, ClearReason.TASK_ENDED)
         event: TerminalEvent[Any] = terminal_event(outcome)
         self._state = _STATE_OF_TERMINAL[type(event).__name__]
         self._outcome.set_result(outcome)
@@ -378,6 +565,17 @@ class CeleryTask(AgentTask, TaskDiagnostics):
                     last = self._last_entry = entry_id
                     self._apply(fields)
 
+    def _raise(self, payload: InteractionPayload) -> None:
+        key = payload.interaction_id
+        if key in self._raised:
+            return
+        self._raised[key] = payload
+        request = payload.to_request()
+        if key not in self._resolved and key not in self._submitted:
+            self._pending[key] = request
+            self._state = TaskState.AWAITING_RESPONSE
+        self._events.publish(InteractionRequested(self._id, request))
+
     def _lose_observation(self, seconds: float, error: BaseException) -> None:
         log.error(
             "event stream of task %s: Redis unreachable for %.0f s; observation lost",
@@ -408,7 +606,22 @@ class CeleryTask(AgentTask, TaskDiagnostics):
                 return
             self._diagnostics.publish(diagnostic)
             return
+        if tag == INTERACTION_TAG:
+            self._raise(InteractionPayload.from_json(loads(payload)))
+            return
         event = event_from_entry(self._id, tag, payload, remote_cause)
+        if isinstance(event, InteractionResolved):
+            key = event.interaction_id.value
+            self._pending.pop(key, None)
+            self._settle_awaiting()
+            if key in self._resolved:
+                return  # this handle's events carried its resolution already
+            if key in self._delivering and isinstance(event.resolution, Responded):
+                # Our response is in flight: its fate decides what this handle reports
+                # (a lost reply reports it cleared as unconfirmed, although it landed).
+                self._delivering[key] = event
+                return
+            self._resolved.add(key)
         if isinstance(event, TerminalEvent):
             self._finish(event.outcome)
             return

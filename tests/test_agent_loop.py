@@ -9,10 +9,12 @@ import json
 
 from agent_harness_protocol import (
     AgentUsage,
+    ApprovalRequirement,
     Cancelled,
     Completed,
     MessageCompleted,
     MessageRole,
+    SessionRequirements,
     SessionSpec,
     TaskEvent,
     TaskRequest,
@@ -111,12 +113,14 @@ async def test_a_failing_tool_is_reported_failed_and_its_error_goes_back_to_the_
     assert any("failing_tool refused beta" in text for text in second_call["texts"])  # type: ignore[attr-defined]
 
 
-async def test_an_approval_gated_tool_without_an_approval_route_is_declined_without_effect(
+async def test_an_approval_gated_tool_in_a_session_denying_approvals_is_declined_without_effect(
     settings: Settings, boundary: ModelBoundary
 ) -> None:
     harness = scoped_harness(settings, boundary, "agent")
     async with harness:
-        session = await harness.create_session(SessionSpec())
+        session = await harness.create_session(
+            SessionSpec(requirements=SessionRequirements(approval=ApprovalRequirement.DENY_ALL))
+        )
         task = await session.start_task(TaskRequest(TextInput("use the guarded tool")))
         events = asyncio.create_task(_collect(task.events()))
         task_id = task.id.value

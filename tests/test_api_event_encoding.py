@@ -7,9 +7,15 @@ import json
 
 from agent_harness_protocol import (
     AgentUsage,
+    Cleared,
+    ClearReason,
     Completed,
+    EffectChanged,
+    EffectKind,
     Failed,
     FailureKind,
+    InteractionId,
+    InteractionResolved,
     MessageCompleted,
     MessageDelta,
     MessageId,
@@ -32,6 +38,7 @@ from agent_harness_protocol import (
 from harness.api.events import EVENT_NAMES, EVENT_SCHEMA, encode_entry
 from wire.codec import (
     DIAGNOSTIC,
+    INTERACTION_TAG,
     SEMANTIC,
     TERMINAL_TAG,
     diagnostic_to_entry,
@@ -39,8 +46,20 @@ from wire.codec import (
     event_to_entry,
     outcome_to_json,
 )
+from wire.interactions import InteractionKind, InteractionPayload, approval_decisions
 
 TASK = TaskId("t-1")
+ASK = InteractionPayload(
+    kind=InteractionKind.APPROVAL,
+    interaction_id="i-1",
+    tool_call_id="w",
+    tool="search",
+    prompt="Run it?",
+    arguments={"q": "x"},
+    effect="changes things",
+    work_id="w",
+    available_decisions=approval_decisions(None),
+)
 USAGE = AgentUsage(input_tokens=7, output_tokens=3, total_tokens=10)
 
 
@@ -89,6 +108,45 @@ def test_every_event_kind_has_its_name_and_data() -> None:
                 "arguments": "{}",
                 "result": None,
                 "error": "x",
+            },
+        ),
+        (
+            _entry(EffectChanged(TASK, WorkId("w"), EffectKind.OTHER, WorkStatus.COMPLETED, "did")),
+            "effect_changed",
+            {
+                "work_id": "w",
+                "kind": "other",
+                "status": "completed",
+                "description": "did",
+                "output": None,
+            },
+        ),
+        (
+            {"k": SEMANTIC, "t": INTERACTION_TAG, "d": dumps(ASK.to_json())},
+            "interaction_requested",
+            {
+                "interaction_id": "i-1",
+                "kind": "approval",
+                "work_id": "w",
+                "prompt": "Run it?",
+                "detail": 'search({"q":"x"}): changes things',
+                "effect": "other",
+                "available_decisions": ["approve_once", "cancel", "decline"],
+                "session_grant": None,
+                "choices": [],
+                "allows_free_form": False,
+            },
+        ),
+        (
+            _entry(
+                InteractionResolved(
+                    TASK, InteractionId("i-1"), Cleared(ClearReason.CANCELLATION_REQUESTED)
+                )
+            ),
+            "interaction_resolved",
+            {
+                "interaction_id": "i-1",
+                "resolution": {"type": "cleared", "reason": "cancellation_requested"},
             },
         ),
         (

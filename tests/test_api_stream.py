@@ -6,7 +6,15 @@ import httpx
 
 from wire.settings import Settings
 
-from .support.api import api_harness, auth, in_process, live_server, problem_of, read_events
+from .support.api import (
+    api_harness,
+    auth,
+    in_process,
+    live_server,
+    next_events,
+    problem_of,
+    read_events,
+)
 from .support.boundary import ModelBoundary
 from .support.waiting import wait_for
 
@@ -97,7 +105,10 @@ async def test_a_streaming_client_that_disconnects_cancels_its_task_only_when_it
                     json={"input": f"stream and leave {cancel}"},
                     headers=auth(),
                 ) as response:
-                    created = (await read_events(response, limit=1))[0]
+                    # Connected until the block ends: the iterator is kept (dropping it
+                    # may close the connection at once).
+                    lines = response.aiter_lines()
+                    created = (await next_events(lines, limit=1))[0]
                     await wait_for(lambda n=calls: len(boundary.calls()) > n)
                 task_id = created.data["id"]  # the client left with the task running
                 if cancel:

@@ -21,7 +21,7 @@ from harness import CeleryHarness
 from wire.keys import Keys
 from wire.redis_options import pool_options
 from wire.settings import Settings
-from wire.store import ClaimResult, LossPolicy, RecordStore
+from wire.store import ClaimResult, LossPolicy, PauseResult, RecordStore
 
 from .support.boundary import ModelBoundary
 from .support.claims import ClaimCounts
@@ -109,16 +109,23 @@ async def test_the_claim_counts_each_result_once_in_the_same_step(store: RecordS
     assert not await store.session_record(session_id)
     await claim(session_id, task_id)
     assert (await store.task_record(task_id))["state"] == "cancelled"
+    # waiting: a copy of a task paused for its caller, not answered yet
+    session_id, task_id = await _started(store)
+    lease = await claim(session_id, task_id)
+    paused = await store.pause(session_id, task_id, lease, "{}", [("i1", '{"kind":"approval"}')])
+    assert paused is PauseResult.PAUSED
+    await claim(session_id, task_id)
 
     expected = {
         ClaimResult.MISSING: 2,
-        ClaimResult.CLAIMED: 4,
+        ClaimResult.CLAIMED: 5,
         ClaimResult.BUSY: 1,
         ClaimResult.TERMINAL: 1,
         ClaimResult.LOST: 1,
         ClaimResult.EXHAUSTED: 1,
         ClaimResult.CANCELLED: 1,
         ClaimResult.RELEASED: 2,
+        ClaimResult.WAITING: 1,
     }
     assert {result: seen.count(result) for result in ClaimResult} == expected, seen
     assert await store.claim_counts() == expected

@@ -344,3 +344,46 @@ def test_the_live_view_prints_work_as_lines_between_streamed_text(
         "  session usage:  not reported",
         "  exit code 0",
     ]
+
+
+def test_run_asks_for_an_approval_at_the_prompt_and_resumes_with_the_answer(
+    cli_env: dict[str, str | None], boundary: ModelBoundary
+) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["run", *_scoped(boundary, "guarding"), "--interactive", "do the guarded thing"],
+        env=dict(cli_env),
+        input="maybe\nonce\n",
+    )
+    assert result.exit_code == ExitCode.COMPLETED, result.output
+    assert "Approval needed" in result.output
+    assert "Allow guarded_effect to run?" in result.output
+    assert "choose one of: once, decline, cancel" in result.output  # "maybe" was refused
+    assert "guarded-result" in result.output
+    assert boundary.effect_count() == 1
+
+
+def test_run_without_a_terminal_declines_an_approval(
+    cli_env: dict[str, str | None], boundary: ModelBoundary
+) -> None:
+    result = _invoke(cli_env, *_scoped(boundary, "guarding"), "--no-interactive", "guarded")
+    assert result.exit_code == ExitCode.COMPLETED, result.output
+    assert "answered" in result.output
+    assert "decline" in result.output
+    assert boundary.effect_count() == 0
+
+
+def test_run_asks_the_agents_question_at_the_prompt_and_the_model_reads_the_answer(
+    cli_env: dict[str, str | None], boundary: ModelBoundary
+) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["run", *_scoped(boundary, "questioning"), "--interactive", "pick a colour"],
+        env=dict(cli_env),
+        input="3\n2\n",
+    )
+    assert result.exit_code == ExitCode.COMPLETED, result.output
+    assert "Question: Which colour?" in result.output
+    assert "choose 1-2" in result.output  # "3" was refused
+    (task_id,) = {call["task"] for call in boundary.calls()}
+    assert "blue" in boundary.calls_for(str(task_id))[-1]["texts"]

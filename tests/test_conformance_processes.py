@@ -16,11 +16,17 @@ from agent_harness_protocol.conformance import (
     AccountingConformanceTests,
     AccountingFixture,
     AccountingSequenceConformanceTests,
+    ApprovalScopeConformanceTests,
     CleanupBudgetConformanceTests,
     FixtureResource,
+    InteractionConformanceTests,
+    InteractionRaceFixture,
     OutcomeConformanceTests,
     OutcomeFixture,
     OutputCase,
+    RepeatedApprovalFixture,
+    ResponseAcceptanceConformanceTests,
+    ResponseAcceptanceFixture,
     RuntimeObservation,
 )
 
@@ -29,6 +35,7 @@ from wire.settings import Settings
 
 from .support.boundary import ModelBoundary
 from .support.fixtures import acceptance, accounting, observed, outcome, scoped_harness
+from .support.interaction_fixtures import interactions
 from .support.runtime_persistence import RuntimePersistenceAdmittingProcessRestart
 
 pytestmark = pytest.mark.processes
@@ -91,3 +98,18 @@ class TestAccountingSequenceInWorkerProcesses(_InProcesses, AccountingSequenceCo
 class TestOutcomeInWorkerProcesses(_InProcesses, OutcomeConformanceTests):
     def outcome_fixture(self, output_case: OutputCase) -> FixtureResource[OutcomeFixture]:
         return outcome(self.settings, self.model, output_case)
+
+
+class TestInteractionInWorkerProcesses(_InProcesses, InteractionConformanceTests):
+    def interaction_fixture(self) -> FixtureResource[InteractionRaceFixture]:
+        return interactions(self.settings, self.model)
+
+
+class TestApprovalScopeInWorkerProcesses(_InProcesses, ApprovalScopeConformanceTests):
+    def approval_fixture(self) -> FixtureResource[RepeatedApprovalFixture]:
+        return interactions(self.settings, self.model)
+
+
+class TestResponseAcceptanceInWorkerProcesses(_InProcesses, ResponseAcceptanceConformanceTests):
+    def response_fixture(self) -> FixtureResource[ResponseAcceptanceFixture]:
+        return interactions(self.settings, self.model)

@@ -20,6 +20,8 @@ import pytest
 import redis
 from agent_harness_protocol import (
     AgentTask,
+    ApprovalDecision,
+    ApprovalResponse,
     Cancelled,
     Completed,
     PersistenceRequirement,
@@ -344,3 +346,44 @@ async def test_a_persistent_session_keeps_a_bounded_number_of_checkpoints(
             assert f"bounded-turn-{index}" in texts
         assert texts.count("native-result") == turns
         await session.release()
+
+
+async def test_interactions_and_grants_leave_only_expiring_task_keys_after_release(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    """An approval answered for the session (a grant), one cancelled while pending: after
+    the release the sessions' keys (grants included) are gone, and each task leaves only
+    its record, stream, interactions and responses, all expiring with the retention."""
+    keys = Keys(settings.namespace)
+    async with CeleryHarness(
+        settings, profile="guarding-granted", run_metadata=boundary.run_metadata
+    ) as harness:
+        granting = await harness.create_session(SessionSpec())
+        answered = await granting.start_task(_request("lifetime-approved"))
+        await wait_for(lambda: bool(answered.pending_interactions))
+        await answered.respond(
+            answered.pending_interactions[0].interaction_id,
+            ApprovalResponse(ApprovalDecision.APPROVE_FOR_SESSION),
+        )
+        assert isinstance(await answered.await_outcome(), Completed)
+        assert sync_redis.exists(keys.grants(granting.id.value))
+        other = await harness.create_session(SessionSpec())
+        pending = await other.start_task(_request("lifetime-pending"))
+        await wait_for(lambda: bool(pending.pending_interactions))
+        await other.release()  # cancels the paused task first
+        assert isinstance(await pending.await_outcome(), Cancelled)
+        await granting.release()
+        sids = (granting.id.value, other.id.value)
+    for sid in sids:
+        assert _keys_naming(sync_redis, sid) == set(), sid
+    tasks = [answered.id.value, pending.id.value]
+    task_keys = set().union(*(_keys_naming(sync_redis, task_id) for task_id in tasks))
+    allowed = {
+        key(task_id)
+        for task_id in tasks
+        for key in (keys.task, keys.events, keys.interactions, keys.responses)
+    }
+    assert task_keys <= allowed, sorted(task_keys - allowed)
+    assert {keys.interactions(task_id) for task_id in tasks} <= task_keys
+    _assert_kept_only_for_retention(sync_redis, settings, task_keys)
+    _assert_not_in_shared_sets(sync_redis, settings, tasks)

@@ -28,6 +28,11 @@ _OTHER_HASHES = {
     ("_prelude.lua", "statistics_key(starting)"),
     ("start_task.lua", "KEYS[7]"),
     ("rollback_start.lua", "statistics_key(KEYS[3])"),
+    # A task's interactions and responses (Keys.interactions / Keys.responses), by id.
+    ("_prelude.lua", "responses"),
+    ("pause.lua", "KEYS[5]"),
+    ("respond.lua", "KEYS[2]"),
+    ("respond.lua", "KEYS[3]"),
 }
 
 

@@ -75,6 +75,7 @@ from harness import (
     CeleryHarnessError,
     CelerySession,
     CeleryTask,
+    InteractionClosedError,
     SessionBusyError,
 )
 from wire.settings import Settings
@@ -504,10 +505,11 @@ class _Follower:
             return
         try:
             await self._task.respond(request.interaction_id, response)
-        except ValueError as error:  # cleared or superseded meanwhile
-            self._view.note(f"The answer was not accepted: {error}")
         except (InteractionResponseUnconfirmedError, HarnessTransportError) as error:
             self._view.note(f"The answer may not have arrived: {type(error).__name__}: {error}")
+        except (ValueError, LookupError, InteractionClosedError) as error:
+            # Refused, or cleared (cancelled, the task ended) or answered meanwhile.
+            self._view.note(f"The answer was not accepted: {error}")
 
 
 # -- the run -----------------------------------------------------------------------------

@@ -19,8 +19,13 @@ from agent_harness_protocol import (
     Completed,
     ContextRetentionRequirement,
     DiagnosticsRequirement,
+    EffectChanged,
+    EffectKind,
     Failed,
     FailureKind,
+    InteractionId,
+    InteractionRequested,
+    InteractionResolved,
     MessageCompleted,
     MessageDelta,
     MessageId,
@@ -60,6 +65,7 @@ from agent_harness_protocol import (
 )
 
 from .errors import DecodeError
+from .interactions import InteractionPayload, resolution_from_json, resolution_to_json
 
 USAGE_FIELDS = (
     "input_tokens",
@@ -246,6 +252,17 @@ def terminal_event(outcome: TaskOutcome) -> TerminalEvent[Any]:
 # -- semantic events ----------------------------------------------------------------------
 
 TERMINAL_TAG = "terminal"
+INTERACTION_TAG = "interaction"
+"""``InteractionRequested``: the payload is the interrupt's ``InteractionPayload`` JSON,
+appended by the worker's pause script (``interaction_entry``)."""
+RESOLVED_TAG = "resolved"
+"""``InteractionResolved``: appended by the scripts that record a response or clear a
+pending interaction."""
+
+
+def interaction_entry(payload: InteractionPayload) -> tuple[str, str]:
+    """The stream entry ``(tag, json)`` of an interrupt's ``InteractionRequested``."""
+    return INTERACTION_TAG, dumps(payload.to_json())
 
 
 def event_to_entry(event: TaskEvent) -> tuple[str, str]:
@@ -276,6 +293,23 @@ def event_to_entry(event: TaskEvent) -> tuple[str, str]:
         )
     if isinstance(event, Warning):
         return "warning", dumps({"kind": event.kind.value, "message": event.message})
+    if isinstance(event, InteractionResolved):
+        return RESOLVED_TAG, dumps(
+            {
+                "interaction_id": event.interaction_id.value,
+                "resolution": resolution_to_json(event.resolution),
+            }
+        )
+    if isinstance(event, EffectChanged):
+        return "effect", dumps(
+            {
+                "work_id": event.work_id.value,
+                "kind": event.kind.value,
+                "status": event.status.value,
+                "description": event.description,
+                "output": event.output,
+            }
+        )
     raise TypeError(f"event {type(event).__name__} has no wire encoding")
 
 
@@ -309,6 +343,23 @@ def event_from_entry(
             )
         if tag == "warning":
             return Warning(task_id, WarningKind(data["kind"]), data["message"])
+        if tag == INTERACTION_TAG:
+            return InteractionRequested(task_id, InteractionPayload.from_json(data).to_request())
+        if tag == RESOLVED_TAG:
+            return InteractionResolved(
+                task_id,
+                InteractionId(data["interaction_id"]),
+                resolution_from_json(data["resolution"]),
+            )
+        if tag == "effect":
+            return EffectChanged(
+                task_id,
+                WorkId(data["work_id"]),
+                EffectKind(data["kind"]),
+                WorkStatus(data["status"]),
+                data.get("description"),
+                data.get("output"),
+            )
         if tag == TERMINAL_TAG:
             return terminal_event(outcome_from_json(data, cause_factory))
     except (KeyError, IndexError, ValueError, TypeError) as error:

@@ -115,6 +115,16 @@ class Keys:
         digest = hashlib.sha256(key.encode()).hexdigest()[:32] if key else "none"
         return f"{self.session(session_id)}:idempotency:{digest}"
 
+    def grants(self, session_id: str) -> str:
+        """Set: the approval scopes (``wire.interactions.grant_scope``) the caller approved
+        for the rest of the session (``APPROVE_FOR_SESSION``). Added by ``respond.lua``
+        together with the response that grants it; read by the worker before it asks
+        for an approval (a granted scope is not asked again). Only a tool whose profile
+        declares a described ``session_grant`` is ever offered the decision. Deleted with
+        the session record by ``release_session.lua`` (a persistent session keeps it, as it
+        keeps its record). Scripts name it ``<session key>:grants``. No TTL."""
+        return f"{self.session(session_id)}:grants"
+
     def thread_id(self, session_id: str) -> str:
         """The LangGraph checkpoint ``thread_id`` of a session: the session id itself."""
         return session_id
@@ -157,6 +167,23 @@ class Keys:
         script, which gives it the same ``AHP_TASK_RETENTION`` TTL as the record; no entry
         is appended to a settled task."""
         return f"{self.namespace}:task:{task_id}:events"
+
+    def interactions(self, task_id: str) -> str:
+        """Hash: the interactions (approvals, questions) the task raised (field: interaction
+        id, value: the interrupt's ``InteractionPayload`` JSON). Added by the worker's
+        ``pause.lua`` under the lease; an interaction is pending while it has no entry in
+        :meth:`responses`. Given the task's retention TTL by the settle helper of
+        ``_prelude.lua``, with the record. Scripts name it ``<task key>:interactions``."""
+        return f"{self.task(task_id)}:interactions"
+
+    def responses(self, task_id: str) -> str:
+        """Hash: how each interaction of the task was resolved, written once per
+        interaction with ``HSETNX`` (field: interaction id, value: the resolution JSON of
+        ``wire.interactions``: the caller's response, or cleared with a reason). Written by
+        ``respond.lua`` (the caller's answer), ``cancel.lua`` and the settle helper (pending
+        ones cleared); read by the worker that resumes the task. Expires with the record.
+        Scripts name it ``<task key>:responses``."""
+        return f"{self.task(task_id)}:responses"
 
     def running(self) -> str:
         """Sorted set: tasks a worker has claimed and not settled (member: task id,

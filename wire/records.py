@@ -73,6 +73,16 @@ class TaskField(StrEnum):
     IDEMPOTENCY = "idempotency"
     """The key of the ``Idempotency-Key`` record that started the task (``start_task.lua``),
     deleted with the task by a rollback."""
+    AWAITING = "awaiting"
+    """The id of the interaction the paused task waits for (``pause.lua``, worker); the
+    task's state is then ``awaiting_response``. Deleted by the claim that resumes it."""
+    RESUME = "resume"
+    """``"1"`` once the awaited interaction was answered and the task is due for a resume
+    run (``respond.lua``, caller); its run message is published by the caller, or again by
+    the sweeper (the task is in the starting set). Deleted by the claim that resumes it."""
+    PAUSED_USAGE = "paused_usage"
+    """The usage (codec JSON) the task's runs measured before it paused (``pause.lua``):
+    the usage of an outcome settled while it waits, and the base of the resumed run's."""
     OUTCOME = "outcome"
     """The settled outcome as codec JSON, written once with the terminal ``state`` by the
     settle helper of ``_prelude.lua`` (worker, caller, sweeper or claim)."""

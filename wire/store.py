@@ -47,6 +47,9 @@ class ClaimResult(StrEnum):
     """The task's session was released and forgotten: settled without running."""
     CANCELLED = "cancelled"
     """A handed-back task whose cancellation was requested meanwhile: settled here."""
+    WAITING = "waiting"
+    """Paused for the caller and not answered yet: the message is dropped (the answer
+    makes the task due and publishes its resume)."""
 
 
 class RecoverResult(StrEnum):
@@ -102,7 +105,32 @@ class CancelResult(StrEnum):
     MISSING = "missing"
 
 
+class PauseResult(StrEnum):
+    PAUSED = "paused"
+    """The task awaits the caller; the run's lease is released."""
+    STALE = "stale"
+    TERMINAL = "terminal"
+    CANCELLED = "cancelled"
+    """Its cancellation was recorded: nothing was stored; the run settles Cancelled."""
+
+
+class RespondResult(StrEnum):
+    OK = "ok"
+    """Recorded: the interaction is resolved by this response (exactly once); detail
+    ``"1"`` when the task is now due for its resume run (publish it)."""
+    MISSING = "missing"
+    """No such task (never started, or its retention ended)."""
+    TERMINAL = "terminal"
+    CANCELLED = "cancelled"
+    """The task's cancellation was requested: its pending interactions were cleared."""
+    UNKNOWN = "unknown"
+    """The task raised no interaction of this id."""
+    RESOLVED = "resolved"
+    """The interaction was resolved before (detail: that resolution's JSON)."""
+
+
 HANDED_BACK = "handed_back"
+AWAITING_RESPONSE = "awaiting_response"
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +205,8 @@ class RecordStore:
         self._touch: AsyncScript = redis.register_script(scripts.TOUCH_HANDLES)
         self._release_session: AsyncScript = redis.register_script(scripts.RELEASE_SESSION)
         self._prune_starting: AsyncScript = redis.register_script(scripts.PRUNE_STARTING)
+        self._pause: AsyncScript = redis.register_script(scripts.PAUSE)
+        self._respond: AsyncScript = redis.register_script(scripts.RESPOND)
 
     # -- sessions ---------------------------------------------------------------------
     async def create_session(self, session_id: str, fields: Mapping[SessionField, str]) -> None:
@@ -551,3 +581,86 @@ class RecordStore:
             self.keys.starting(),
         ]
         return bool(await self._hand_back(keys=keys, args=[lease, task_id]))
+
+    # -- interactions -----------------------------------------------------------------
+    async def pause(
+        self,
+        session_id: str,
+        task_id: str,
+        lease: str,
+        usage_json: str,
+        interactions: Sequence[tuple[str, str]],
+    ) -> PauseResult:
+        """The run stopped at an interrupt: store and announce ``interactions`` (id,
+        payload JSON), put the task in ``awaiting_response`` and release the lease, in one
+        fenced step (see ``pause.lua``)."""
+        args: list[str] = [lease, task_id, usage_json]
+        for interaction, payload in interactions:
+            args.extend((interaction, payload))
+        reply = await self._pause(
+            keys=[
+                self.keys.task(task_id),
+                self.keys.lease(session_id),
+                self.keys.events(task_id),
+                self.keys.running(),
+                self.keys.interactions(task_id),
+                self.keys.responses(task_id),
+            ],
+            args=args,
+        )
+        return PauseResult(_text(reply[0]))
+
+    async def respond(
+        self,
+        session_id: str,
+        task_id: str,
+        interaction_id: str,
+        resolution_json: str,
+        event_json: str,
+        *,
+        grant: bool = False,
+        cancels: bool = False,
+    ) -> tuple[RespondResult, str, str, str]:
+        """Record the caller's response to a pending interaction, exactly once, and make
+        the task due for its resume (see ``respond.lua``). ``cancels``: the response is a
+        CANCEL decision, which cancels the task in the same step. Returns the result, its
+        detail, and the outcome JSON and promoted task id when that settled the task."""
+        reply = await self._respond(
+            keys=[
+                self.keys.task(task_id),
+                self.keys.interactions(task_id),
+                self.keys.responses(task_id),
+                self.keys.events(task_id),
+                self.keys.starting(),
+                self.keys.grants(session_id),
+                self.keys.session(session_id),
+                self.keys.lease(session_id),
+                self.keys.running(),
+            ],
+            args=[
+                task_id,
+                interaction_id,
+                resolution_json,
+                event_json,
+                "1" if grant else "0",
+                "1" if cancels else "0",
+                self.retention_seconds,
+            ],
+        )
+        values = [_text(item) for item in reply] + ["", "", ""]
+        return RespondResult(values[0]), values[1], values[2], values[3]
+
+    async def interactions(self, task_id: str) -> tuple[dict[str, str], dict[str, str]]:
+        """The task's interactions (id: payload JSON) and their resolutions (id: JSON)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self.keys.interactions(task_id))
+        pipe.hgetall(self.keys.responses(task_id))
+        raised, resolved = await pipe.execute()
+        return (
+            {_text(k): _text(v) for k, v in raised.items()},
+            {_text(k): _text(v) for k, v in resolved.items()},
+        )
+
+    async def granted(self, session_id: str, scope: str) -> bool:
+        """Whether the caller approved ``scope`` for the rest of the session."""
+        return bool(await self.redis.sismember(self.keys.grants(session_id), scope))

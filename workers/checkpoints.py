@@ -67,6 +67,9 @@ class FencedRedisSaver(AsyncRedisSaver):
         self._fenced = CheckpointScripts(self._redis)  # type: ignore[arg-type]
         self._cache: OrderedDict[str, tuple[int, CheckpointTuple]] = OrderedDict()
         self._cache_size = cache_size
+        self._with_writes: dict[str, str] = {}
+        """The checkpoint of each thread this process wrote pending writes for (an
+        interrupted run writes them before its checkpoint): never cached without them."""
 
     # -- cache -----------------------------------------------------------------------------
     def _remember(self, thread_id: str, fence: int, stored: CheckpointTuple) -> None:
@@ -178,7 +181,8 @@ class FencedRedisSaver(AsyncRedisSaver):
         await lease.put_checkpoint(
             self._fenced, key, json.dumps(document), latest, self._ttl_seconds()
         )
-        if not config.get("configurable", {}).get("checkpoint_ns", ""):
+        has_writes = self._with_writes.get(thread_id) == written["configurable"]["checkpoint_id"]
+        if not config.get("configurable", {}).get("checkpoint_ns", "") and not has_writes:
             parent_id = config.get("configurable", {}).get("checkpoint_id")
             parent: RunnableConfig | None = None
             if parent_id:
@@ -249,6 +253,9 @@ class FencedRedisSaver(AsyncRedisSaver):
         )
         # Pending writes are not tracked in the cache: read this thread back next time.
         self.forget(thread_id)
+        self._with_writes[thread_id] = str(config["configurable"].get("checkpoint_id", ""))
+        while len(self._with_writes) > self._cache_size:
+            self._with_writes.pop(next(iter(self._with_writes)))
         await lease.put_writes(
             self._fenced,
             checkpoint_key,
@@ -259,6 +266,7 @@ class FencedRedisSaver(AsyncRedisSaver):
 
     async def adelete_thread(self, thread_id: str) -> None:
         self.forget(thread_id)
+        self._with_writes.pop(thread_id, None)
         await super().adelete_thread(thread_id)
 
 

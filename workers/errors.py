@@ -12,6 +12,7 @@ WorkerError (RuntimeError)
 ├── ProfileMismatchError   the caller's profile declaration differs from this worker's
 │                          (``profile``: its name)
 ├── ModelBuildError        the profile's chat model could not be built
+├── InteractionError       a resume value does not answer the interaction its node asked
 ├── ToolBuildError         a tool the profile declares could not be built
 └── RedisModulesMissingError the checkpoint Redis lacks the Query Engine or JSON
 """
@@ -95,3 +96,8 @@ class ToolBuildError(WorkerError):
 
 class RedisModulesMissingError(WorkerError):
     """The checkpoint Redis lacks the Query Engine or JSON: the worker cannot serve."""
+
+
+class InteractionError(WorkerError):
+    """A resume value does not answer the interaction the node asked (a bug or a tampered
+    record): the run fails instead of guessing."""

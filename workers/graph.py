@@ -21,6 +21,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.types import Command
 
 from wire.profiles import AgentProfile
 
@@ -117,6 +118,12 @@ class AgentGraph:
                 return ResumePoint(ResumeKind.FINISHED, turn, halt_in(dict(values), task_id))
         return ResumePoint(ResumeKind.FRESH)
 
+    async def pending_interrupts(self, thread_id: str) -> tuple[Any, ...]:
+        """The interrupts the thread's latest checkpoint stopped at (LangGraph's
+        ``Interrupt`` objects: ``id``, ``value``)."""
+        snapshot = await self._graph.aget_state(self._config(thread_id))
+        return tuple(snapshot.interrupts or ())
+
     def stream_turn(
         self,
         thread_id: str,
@@ -124,20 +131,25 @@ class AgentGraph:
         instructions: str | None,
         metadata: Mapping[str, str],
         lease: object | None = None,
+        resume: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[tuple[str, Any]]:
         """Run one turn, or (``text=None``) run on from the thread's checkpoint; yields
         LangGraph's native ``(mode, payload)`` stream items.
 
         ``lease`` (the run's ``workers.lease.SessionLease``) travels in the run's config to
-        every checkpointer call of this run: the saver fences its writes with it."""
+        every checkpointer call of this run: the saver fences its writes with it.
+        ``resume`` (``{interrupt id: resume value}``) resumes a turn paused at interrupts
+        with the caller's responses."""
         configurable: dict[str, Any] = {"thread_id": thread_id, INSTRUCTIONS: instructions}
         if lease is not None:
             configurable[LEASE_CONFIG_KEY] = lease
         config: RunnableConfig = {"configurable": configurable, "metadata": dict(metadata)}
         task_id = metadata.get(TASK_ID) or None
-        graph_input = (
+        graph_input: Any = (
             None if text is None else {"messages": [HumanMessage(content=text, id=task_id)]}
         )
+        if resume is not None:
+            graph_input = Command(resume=dict(resume))
         stream: AsyncIterator[tuple[str, Any]] = self._graph.astream(
             graph_input, config, stream_mode=STREAM_MODES, durability=self._durability
         )

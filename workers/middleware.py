@@ -42,6 +42,7 @@ from wire.backoff import CONNECTION_ERRORS
 from wire.profiles import ToolApproval, ToolSpec
 
 from .approvals import ApprovalRoute
+from .effects import report_effect
 from .errors import WorkerError
 from .model_calls import ModelCalls
 from .stream_items import ToolChange, canonical_arguments, report_tool_change
@@ -189,11 +190,17 @@ class ToolGuard(AgentMiddleware[Any, Any, Any]):
                 name=name,
                 status="error",
             )
+        output: str | None
         if isinstance(result, ToolMessage) and result.status == "error":
             report_tool_change(
                 ToolChange(work_id, name, WorkStatus.FAILED, arguments, None, result.text)
             )
+            status, output = WorkStatus.FAILED, str(result.text)
         else:
             text = result.text if isinstance(result, ToolMessage) else None
             report_tool_change(ToolChange(work_id, name, WorkStatus.COMPLETED, arguments, text))
+            status, output = WorkStatus.COMPLETED, None if text is None else str(text)
+        if spec is not None and spec.approval is ToolApproval.REQUIRED:
+            # An approved effect: reported as such, under the work id its approval named.
+            report_effect(work_id, status, description=spec.effect, output=output)
         return result

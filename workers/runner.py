@@ -33,6 +33,7 @@ from wire.backoff import CONNECTION_ERRORS, Outage
 from wire.codec import (
     SEMANTIC,
     RemoteCause,
+    dumps,
     event_to_entry,
     loads,
     outcome_to_json,
@@ -40,14 +41,23 @@ from wire.codec import (
     spec_from_json,
     task_input_from_json,
     usage_from_json,
+    usage_to_json,
 )
 from wire.keys import is_valid_id
 from wire.profiles import AgentProfile, CancellationSemantics
 from wire.records import SessionField, TaskField
 from wire.settings import Settings
-from wire.store import HANDED_BACK, ClaimResult, RecordStore, Settlement, SettleResult
+from wire.store import (
+    HANDED_BACK,
+    ClaimResult,
+    PauseResult,
+    RecordStore,
+    Settlement,
+    SettleResult,
+)
 from wire.structured_output import parse_schema
 
+from .approval_route import APPROVAL_METADATA
 from .errors import (
     ModelCallCancelledError,
     ProfileMismatchError,
@@ -56,6 +66,7 @@ from .errors import (
 )
 from .event_sink import EventSink
 from .graph import AgentGraph, ModelCalls
+from .interrupts import Pause, resume_values
 from .lease import SessionLease
 from .loss import loss_policy
 from .pruning import CheckpointPruner
@@ -198,7 +209,12 @@ class TaskRunner:
         run_ended = True
         released = False
         try:
-            outcome = await self._outcome(live, lease, record, session, sink, resumed)
+            result = await self._outcome(live, lease, record, session, sink, resumed)
+            outcome = (
+                await self._pause(live, lease, sink, result)
+                if isinstance(result, Pause)
+                else result
+            )
             if outcome is None or lease.lost.is_set():
                 # The new holder settles; events of this run would be refused anyway.
                 log.warning(
@@ -243,7 +259,7 @@ class TaskRunner:
         session: Mapping[str, str],
         sink: EventSink,
         resumed: bool,
-    ) -> TaskOutcome | None:
+    ) -> TaskOutcome | Pause | None:
         task = TaskId(live.task_id)
         session_id = lease.session_id
         try:
@@ -259,11 +275,34 @@ class TaskRunner:
             graph = await self._graphs.graph(profile)
         except Exception as error:
             return _failed(task, error)
-        metadata = {**labels, "ahp_task_id": live.task_id, "ahp_session_id": session_id}
+        metadata = {
+            **labels,
+            "ahp_task_id": live.task_id,
+            "ahp_session_id": session_id,
+            # How the session wants approval-gated tool calls decided (the approval route).
+            APPROVAL_METADATA: spec.requirements.approval.value,
+        }
         self._graphs.calls.guard(live.task_id, lambda: self._cancel_gate(live))
+        # What the task's runs measured before it paused for the caller.
+        base = usage_from_json(loads(record.get(TaskField.PAUSED_USAGE) or "{}"))
+        paused_before = bool(record.get(TaskField.PAUSED_USAGE))
         interruptions = 0
         try:
             while True:
+                resume = None
+                try:
+                    # Paused at interrupts this task raised: resume them with the
+                    # caller's responses (also after a resumed run was lost). Only a task
+                    # that paused before can have them: no read for the others. (A run
+                    # lost between its interrupt and the pause runs on and asks again.)
+                    if paused_before:
+                        thread_id = self._store.keys.thread_id(session_id)
+                        interrupts = await graph.pending_interrupts(thread_id)
+                        resume = await resume_values(self._store, live.task_id, interrupts)
+                except Exception as error:
+                    if isinstance(error, CONNECTION_ERRORS):
+                        raise
+                    return _failed(task, error)
                 translator = TurnTranslator(
                     task,
                     sink,
@@ -271,6 +310,7 @@ class TaskRunner:
                     diagnostics=spec.requirements.diagnostics is DiagnosticsRequirement.REQUIRED,
                     usage_known=not resumed,
                     tools=graph.has_tools,
+                    usage_before=base if paused_before else None,
                 )
                 execution = asyncio.create_task(
                     run_turn(
@@ -282,13 +322,14 @@ class TaskRunner:
                         metadata,
                         resumed=resumed,
                         lease=lease,
+                        resume=resume,
                     )
                 )
                 try:
                     outcome = await self._supervise(
                         task, live, profile, execution, resumed, translator
                     )
-                    if schema is not None:
+                    if schema is not None and not isinstance(outcome, Pause):
                         outcome = judged(outcome, schema, sink)
                 except asyncio.CancelledError:
                     # The worker is stopping mid-run: end the graph run before handing it
@@ -314,6 +355,40 @@ class TaskRunner:
                 return outcome
         finally:
             self._graphs.calls.forget(live.task_id)
+
+    async def _pause(
+        self, live: LiveRun, lease: SessionLease, sink: EventSink, pause: Pause
+    ) -> TaskOutcome | None:
+        """The turn stopped to ask the caller: write its events, then pause the task in
+        one fenced step (its interactions stored and announced, awaiting the caller, the
+        lease released): the delivery ends without settling and holds no worker. A
+        cancellation recorded by now wins: the run has ended, so it settles Cancelled.
+        None: nothing more to do here (paused, or the lease is another run's)."""
+        task_id = live.task_id
+        await sink.drain()
+        if sink.lease_lost or lease.lost.is_set():
+            log.warning("task %s lost its lease before pausing; left to the new holder", task_id)
+            return None
+        await self._prune(lease.session_id, lease.value)
+        await lease.stop()
+        result = await self._store.pause(
+            lease.session_id,
+            task_id,
+            lease.value,
+            dumps(usage_to_json(pause.usage)),
+            [(ask.interaction_id, dumps(ask.to_json())) for ask in pause.payloads],
+        )
+        if result is PauseResult.PAUSED:
+            log.info(
+                "task %s paused for the caller (%s)",
+                task_id,
+                ", ".join(ask.interaction_id for ask in pause.payloads),
+            )
+            return None
+        if result is PauseResult.CANCELLED:
+            return Cancelled(TaskId(task_id), usage=pause.usage)
+        log.warning("task %s could not pause: %s", task_id, result.value)
+        return None
 
     async def _cancel_known(self, live: LiveRun) -> bool:
         """Whether cancellation was requested, as far as can be known now (the durable
@@ -399,7 +474,7 @@ class TaskRunner:
         execution: asyncio.Task[TurnResult],
         resumed: bool,
         translator: TurnTranslator,
-    ) -> TaskOutcome | None:
+    ) -> TaskOutcome | Pause | None:
         stop = asyncio.create_task(_first_of(live.cancel_requested, live.lease_lost))
         try:
             await asyncio.wait({execution, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -599,7 +674,7 @@ def _settled_result(
     model_started: bool,
     resumed: bool,
     translator: TurnTranslator,
-) -> TaskOutcome | None:
+) -> TaskOutcome | Pause | None:
     if not execution.cancelled() and isinstance(execution.exception(), RunCancelledError):
         # Stopped at a step boundary (before a model call or a tool's effect): no model
         # call was in flight, nothing can still be running. Usage: what the turn measured
@@ -627,6 +702,8 @@ def _settled_result(
     if error is not None:
         return _failed(task, error)
     result = execution.result()
+    if result.asks:
+        return Pause(result.asks, result.usage)
     if result.halt is not None:
         partial = None if result.text is None else TextOutput(result.text, complete=False)
         if result.halt.reason is HaltReason.BUDGET_EXCEEDED:

@@ -28,6 +28,7 @@ from wire.redis_options import pool_options
 from wire.settings import Settings
 from wire.store import RecordStore
 
+from .approval_route import CallerApprovalRoute
 from .checkpoints import FencedRedisSaver
 from .control import CancelListener, MaintenanceConsumer
 from .errors import FencingUnavailableError, RedisModulesMissingError, RuntimeStoppedError
@@ -35,6 +36,7 @@ from .graph import AgentGraph, ModelCalls
 from .import_cache import fail_fast_if_missing
 from .models import build_model
 from .pruning import CheckpointPruner
+from .question_tool import ask_caller_tool
 from .run_summary import RunSummary, read_summary
 from .runner import GraphProvider, LiveRun, TaskRunner, ThreadDeleter
 from .steering import pipeline_middleware
@@ -57,8 +59,9 @@ def _pool(url: str, settings: Settings, *, decode: bool) -> BlockingConnectionPo
 
 
 class _Graphs(GraphProvider):
-    def __init__(self, saver: FencedRedisSaver) -> None:
+    def __init__(self, saver: FencedRedisSaver, store: RecordStore) -> None:
         self._saver = saver
+        self._approvals = CallerApprovalRoute(store)
         self._graphs: dict[str, AgentGraph] = {}
         self.calls = ModelCalls()
 
@@ -66,6 +69,8 @@ class _Graphs(GraphProvider):
         graph = self._graphs.get(profile.digest)
         if graph is None:
             tools = build_tools(profile.tools)
+            if profile.questions:
+                tools.append(ask_caller_tool())  # global: visible in every pipeline step
             steering = (
                 ()
                 if profile.pipeline is None
@@ -77,6 +82,7 @@ class _Graphs(GraphProvider):
                 profile,
                 self._saver,
                 self.calls,
+                approvals=self._approvals,
                 steering=steering,
             )
             self._graphs[profile.digest] = graph
@@ -130,7 +136,7 @@ class _LoopState:
             settings=settings,
             store=self.store,
             profiles=profiles,
-            graphs=_Graphs(self.saver),
+            graphs=_Graphs(self.saver, self.store),
             runs=self.runs,
             token=self.token,
             delete_thread=self.deleter,

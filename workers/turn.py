@@ -26,10 +26,13 @@ from agent_harness_protocol import (
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 
 from wire.codec import DIAGNOSTIC, SEMANTIC, diagnostic_to_entry, event_to_entry
+from wire.interactions import InteractionPayload
 from wire.provider import PROVIDER
 
+from .effects import effect_of
 from .event_sink import EventSink
 from .graph import TASK_ID, AgentGraph, ResumeKind
+from .interrupts import INTERRUPT_KEY, interrupts_of
 from .stream_items import Halt, halt_of, notice_of, tool_change_of
 from .usage import session_snapshot, usage_of
 
@@ -45,6 +48,8 @@ class TurnResult:
     stop_reason: StopReason
     halt: Halt | None = None
     """The safeguard that ended the turn; ``text`` is then the partial output."""
+    asks: tuple[InteractionPayload, ...] = ()
+    """What the turn stopped to ask the caller (its interrupts): the task pauses."""
 
 
 def text_of(message: BaseMessage) -> str | None:
@@ -87,7 +92,10 @@ class TurnTranslator:
         diagnostics: bool,
         usage_known: bool = True,
         tools: bool = False,
+        usage_before: AgentUsage | None = None,
     ) -> None:
+        """``usage_before``: what the task's runs measured before it paused for the
+        caller (a run resuming it goes on counting from there)."""
         self._task_id = task_id
         self._sink = sink
         self._session_usage = session_usage
@@ -95,7 +103,10 @@ class TurnTranslator:
         self._tools = tools
         # A resumed task's lost run may have used tokens nobody measured.
         self._usage = AgentUsage.ZERO if usage_known else AgentUsage.UNKNOWN
+        if usage_before is not None:
+            self._usage = usage_before + self._usage
         self._usage_reported = False
+        self._asks: list[InteractionPayload] = []
         self._final: AIMessage | None = None
         self._pending_answer: AIMessage | None = None
         self._texts: list[str] = []
@@ -138,7 +149,10 @@ class TurnTranslator:
                     self._emit(MessageDelta(self._task_id, MessageId(message_id), chunk.text, role))
             self._diagnose("messages", {"node": node, "text": getattr(chunk, "text", "")})
         elif mode == "updates":
+            self._asks.extend(interrupts_of(payload or {}))
             for node, update in (payload or {}).items():
+                if node == INTERRUPT_KEY:
+                    continue
                 messages = (update or {}).get("messages", []) if isinstance(update, dict) else []
                 if node == MODEL_NODE:
                     for message in messages:
@@ -146,6 +160,9 @@ class TurnTranslator:
                             self._model_message(message)
                 self._diagnose("updates", {"node": str(node), "messages": len(messages)})
         elif mode == "custom":
+            effect = effect_of(self._task_id, payload)
+            if effect is not None:
+                self._emit(effect)
             change = tool_change_of(payload)
             if change is not None:
                 self._emit(
@@ -209,6 +226,12 @@ class TurnTranslator:
 
     def finish(self) -> TurnResult:
         final = self._final
+        if self._asks:
+            # Paused for the caller: the turn's answer is still to come.
+            if not self._usage_reported:
+                self._report_usage()
+            partial = "\n\n".join(self._texts) if self._texts else None
+            return TurnResult(partial, self._usage, StopReason.FINISHED, asks=tuple(self._asks))
         if final is None:
             return TurnResult(None, AgentUsage.UNKNOWN, StopReason.PROVIDER_STOPPED)
         if self._pending_answer is not None and self._halt is None:
@@ -238,13 +261,17 @@ async def run_turn(
     *,
     resumed: bool = False,
     lease: object | None = None,
+    resume: Mapping[str, Any] | None = None,
 ) -> TurnResult:
     """Run the turn. A resumed task whose lost run already checkpointed its whole turn is
     finished from that checkpoint; one whose run stopped mid-turn runs on from there
-    (instead of running, and appending its input, again)."""
+    (instead of running, and appending its input, again). ``resume`` resumes a turn
+    paused at interrupts with the caller's responses."""
     task_id = str(metadata.get(TASK_ID, ""))
     turn_input: str | None = text
-    if resumed:
+    if resume is not None:
+        turn_input = None
+    elif resumed:
         point = await graph.resume_point(thread_id, task_id)
         if point.kind is not ResumeKind.FRESH:
             translator.adopt(point.turn, point.halt)
@@ -253,7 +280,7 @@ async def run_turn(
         if point.kind is ResumeKind.CONTINUE:
             turn_input = None
     async for mode, payload in graph.stream_turn(
-        thread_id, turn_input, instructions, metadata, lease
+        thread_id, turn_input, instructions, metadata, lease, resume
     ):
         translator.observe(mode, payload)
     return translator.finish()

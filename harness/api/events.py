@@ -25,7 +25,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, cast
 
 from agent_harness_protocol import (
+    EffectChanged,
     HarnessTransportError,
+    InteractionRequested,
+    InteractionResolved,
     MessageCompleted,
     MessageDelta,
     TaskEvent,
@@ -43,9 +46,10 @@ from sse_starlette import ServerSentEvent
 from harness.task import StreamRead
 from wire.codec import DIAGNOSTIC, diagnostic_from_entry, dumps, event_from_entry
 from wire.errors import DecodeError
+from wire.interactions import resolution_to_json
 from wire.keys import Keys
 
-from .models import Outcome, Usage
+from .models import Outcome, PendingInteraction, Usage
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,9 @@ EVENT_NAMES = (
     "message_completed",
     "usage_changed",
     "tool_call_changed",
+    "effect_changed",
+    "interaction_requested",
+    "interaction_resolved",
     "warning",
     "diagnostic",
     "observation_gap",
@@ -132,6 +139,24 @@ def encode_event(task_id: str, event: TaskEvent) -> tuple[str, dict[str, Any]]:
             error=event.error,
         )
         return "tool_call_changed", data
+    if isinstance(event, EffectChanged):
+        data.update(
+            work_id=event.work_id.value,
+            kind=event.kind.value,
+            status=event.status.value,
+            description=event.description,
+            output=event.output,
+        )
+        return "effect_changed", data
+    if isinstance(event, InteractionRequested):
+        data.update(PendingInteraction.of(event.request).model_dump(mode="json"))
+        return "interaction_requested", data
+    if isinstance(event, InteractionResolved):
+        data.update(
+            interaction_id=event.interaction_id.value,
+            resolution=resolution_to_json(event.resolution),
+        )
+        return "interaction_resolved", data
     if isinstance(event, Warning):
         data.update(kind=event.kind.value, message=event.message)
         return "warning", data

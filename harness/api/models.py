@@ -7,7 +7,14 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from agent_harness_protocol import AgentUsage, TaskOutcome, TaskState
+from agent_harness_protocol import (
+    AgentUsage,
+    ApprovalRequest,
+    InteractionRequest,
+    QuestionRequest,
+    TaskOutcome,
+    TaskState,
+)
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from harness.info import SessionInfo, TaskInfo
@@ -193,6 +200,59 @@ class Released(BaseModel):
     )
 
 
+class SessionGrant(BaseModel):
+    scope_id: str
+    description: str = Field(description="What an approve_for_session decision allows.")
+
+
+class PendingInteraction(BaseModel):
+    """An approval or question the task waits for; answer it with
+    ``POST /v1/tasks/{task_id}/interactions/{interaction_id}``."""
+
+    interaction_id: str
+    kind: Literal["approval", "question"]
+    work_id: str | None = Field(description="The tool call it is about.")
+    prompt: str
+    detail: str | None
+    effect: str | None = Field(default=None, description="approval: the kind of effect.")
+    available_decisions: list[str] = Field(
+        default_factory=list, description="approval: the decisions it accepts."
+    )
+    session_grant: SessionGrant | None = Field(
+        default=None, description="approval: the enforced scope of approve_for_session."
+    )
+    choices: list[str] = Field(default_factory=list, description="question: its choices.")
+    allows_free_form: bool = Field(default=False, description="question: any text is accepted.")
+
+    @classmethod
+    def of(cls, request: InteractionRequest) -> PendingInteraction:
+        work_id = None if request.work_id is None else request.work_id.value
+        if isinstance(request, ApprovalRequest):
+            grant = request.session_grant
+            return cls(
+                interaction_id=request.interaction_id.value,
+                kind="approval",
+                work_id=work_id,
+                prompt=request.prompt,
+                detail=request.detail,
+                effect=None if request.effect is None else request.effect.value,
+                available_decisions=sorted(d.value for d in request.available_decisions),
+                session_grant=None
+                if grant is None
+                else SessionGrant(scope_id=grant.scope_id.value, description=grant.description),
+            )
+        assert isinstance(request, QuestionRequest)
+        return cls(
+            interaction_id=request.interaction_id.value,
+            kind="question",
+            work_id=work_id,
+            prompt=request.prompt,
+            detail=request.detail,
+            choices=list(request.choices),
+            allows_free_form=request.allows_free_form,
+        )
+
+
 class TaskResource(BaseModel):
     id: str
     session_id: str
@@ -206,6 +266,10 @@ class TaskResource(BaseModel):
     replayed: bool | None = Field(
         default=None,
         description="On creation: ``true`` when the Idempotency-Key returned an earlier task.",
+    )
+    pending_interactions: list[PendingInteraction] = Field(
+        default_factory=list,
+        description="awaiting_response: the approvals and questions the task waits for.",
     )
 
     @classmethod
@@ -221,6 +285,7 @@ class TaskResource(BaseModel):
             claimed_at=info.claimed_at,
             settled_at=info.settled_at,
             replayed=replayed,
+            pending_interactions=[PendingInteraction.of(r) for r in info.pending_interactions],
         )
 
     @classmethod
@@ -252,9 +317,11 @@ __all__ = [
     "IfBusyChoice",
     "Interaction",
     "Outcome",
+    "PendingInteraction",
     "QuestionAnswer",
     "Released",
     "ReopenSession",
+    "SessionGrant",
     "SessionResource",
     "StartTask",
     "TaskResource",

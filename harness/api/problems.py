@@ -53,6 +53,8 @@ class ProblemType(StrEnum):
     SESSION_NOT_PERSISTENT = "session-not-persistent"
     SESSION_OPEN = "session-open"
     UNKNOWN_INTERACTION = "unknown-interaction"
+    INTERACTION_CLOSED = "interaction-closed"
+    RESPONSE_UNCONFIRMED = "response-unconfirmed"
     TRANSPORT_ERROR = "transport-error"
     START_UNCONFIRMED = "start-unconfirmed"
     UNAVAILABLE = "unavailable"
@@ -162,6 +164,8 @@ _TITLES: dict[ProblemType, str] = {
     ProblemType.SESSION_NOT_PERSISTENT: "The session is not persistent",
     ProblemType.SESSION_OPEN: "The session is open",
     ProblemType.UNKNOWN_INTERACTION: "No such pending interaction",
+    ProblemType.INTERACTION_CLOSED: "The interaction is no longer pending",
+    ProblemType.RESPONSE_UNCONFIRMED: "Whether the response was applied is unknown",
     ProblemType.TRANSPORT_ERROR: "The harness could not reach its store or broker",
     ProblemType.START_UNCONFIRMED: "The task's start is unconfirmed",
     ProblemType.UNAVAILABLE: "The service is not available",

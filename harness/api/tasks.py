@@ -14,6 +14,7 @@ from agent_harness_protocol import (
     HarnessTransportError,
     InteractionId,
     InteractionResponse,
+    InteractionResponseUnconfirmedError,
     SessionBlockedError,
     StructuredOutputRequirement,
     TaskRequest,
@@ -23,7 +24,12 @@ from agent_harness_protocol import (
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from harness.errors import UnknownSessionError, UnknownTaskError
+from harness.errors import (
+    InteractionClosedError,
+    UnknownInteractionError,
+    UnknownSessionError,
+    UnknownTaskError,
+)
 from harness.task import CeleryTask, StreamRead
 from wire.codec import dumps
 from wire.store import BusyPolicy
@@ -33,7 +39,15 @@ from .events import ENTRY_ID, EVENT_SCHEMA, FIRST_EVENT_ID
 from .events import task_events as event_stream
 from .models import ApprovalAnswer, Interaction, StartTask, TaskResource
 from .openapi_docs import problems
-from .problems import Issue, ProblemError, ProblemType, invalid, not_found_session, too_large
+from .problems import (
+    Issue,
+    ProblemError,
+    ProblemType,
+    Retry,
+    invalid,
+    not_found_session,
+    too_large,
+)
 from .sessions import ID_PATTERN, SessionIdPath, require_id
 from .state import ApiState, api_state
 
@@ -376,7 +390,7 @@ async def cancel_task(task_id: TaskIdPath, tenant: Tenant, api: State) -> TaskRe
 @router.post(
     "/v1/tasks/{task_id}/interactions/{interaction_id}",
     response_model=TaskResource,
-    responses=problems(404, 413),
+    responses=problems(404, 409, 413),
     summary="Answer a task's pending approval or question",
 )
 async def answer_interaction(
@@ -386,7 +400,13 @@ async def answer_interaction(
     tenant: Tenant,
     api: State,
 ) -> TaskResource:
-    """Answer one pending interaction; 404 when the task has no such pending interaction."""
+    """Answer one pending approval or question; the task resumes on any worker.
+
+    404 ``unknown-interaction``: the task raised no such interaction. 422: the wrong kind
+    of answer, or a decision the approval does not offer (nothing was sent). 409
+    ``interaction-closed``: it was answered or cleared already. 503 ``transport-error``:
+    not delivered, safe to repeat; 503 ``response-unconfirmed``: the answer may or may
+    not have been applied, never repeat it."""
     require_id("task", task_id)
     require_id("interaction", interaction_id)
     task = await api.handles.task(tenant, task_id)
@@ -397,13 +417,28 @@ async def answer_interaction(
         answer = AnswerResponse(body.response.text)
     try:
         await task.respond(InteractionId(interaction_id), answer)
-    except (ValueError, KeyError, LookupError):
+    except UnknownInteractionError:
         raise ProblemError(
             ProblemType.UNKNOWN_INTERACTION,
             404,
             f"task {task_id} has no pending interaction {interaction_id}",
             task_id=task_id,
         ) from None
+    except InteractionClosedError as error:
+        raise ProblemError(
+            ProblemType.INTERACTION_CLOSED, 409, str(error), task_id=task_id
+        ) from None
+    except InteractionResponseUnconfirmedError as error:
+        raise ProblemError(
+            ProblemType.RESPONSE_UNCONFIRMED,
+            503,
+            f"{error}. Do not repeat the request; GET /v1/tasks/{task_id} tells what happened.",
+            task_id=task_id,
+            retry=Retry.UNSAFE,
+        ) from None
+    except ValueError as error:
+        # The wrong kind of response, or a decision the request does not offer.
+        raise invalid([Issue(path="body.response", message=str(error))]) from None
     return await _resource(api, tenant, task_id)
 
 

@@ -198,10 +198,19 @@ class SseEvent:
 
 
 async def read_events(response: httpx.Response, limit: int | None = None) -> list[SseEvent]:
-    """Parse an SSE body (``limit``: stop after that many events)."""
+    """Parse an SSE body (``limit``: stop after that many events).
+
+    Stopping early drops the body's line iterator, and its finalizer may close the
+    connection at once: a test that stays connected after ``limit`` events keeps its own
+    iterator and reads with :func:`next_events`."""
+    return await next_events(response.aiter_lines(), limit)
+
+
+async def next_events(lines: AsyncIterator[str], limit: int | None = None) -> list[SseEvent]:
+    """The next events (at most ``limit``) of an SSE body's lines; the iterator stays open."""
     events: list[SseEvent] = []
     fields: dict[str, str] = {}
-    async for line in response.aiter_lines():
+    async for line in lines:
         if line == "":
             if "data" in fields:
                 events.append(

@@ -115,6 +115,11 @@ class ModelBoundary:
         """A command for every scripted call of this boundary (profile ``script_by_scope``)."""
         self._redis.rpush(scope_script_key(self.scope), json.dumps(command))
 
+    def effect_count(self) -> int:
+        """Calls of the approval-gated tool that ran, as the tool recorded them in the
+        worker."""
+        return sum(effect["tool"] == "guarded_effect" for effect in self.effects())
+
     def deafen(self) -> None:
         """From now on this boundary's model calls disregard cancellation."""
         self._redis.set(deaf_key(self.scope), "1")

@@ -28,7 +28,8 @@ partial mapping (say, only ``input_tokens``) reports what a provider measured in
 
 Without a script, the profile option ``plan`` (a JSON list) fixes each model call of a
 task by its position in the turn (the number of AI messages after the last human one):
-``{"tool_call": {"name", "args"}, "text"?, "usage"?}`` or ``{"reply": text, "usage"?}``.
+``{"tool_call": {"name", "args", "more"?}, "text"?, "usage"?}`` (``more``: further calls
+``{"name", "args"}`` in the same message) or ``{"reply": text, "usage"?}``.
 
 The model keeps its bookkeeping in ``AHP_TEST_MODEL_REDIS_URL`` when set (else the
 deployment's Redis), so a test can partition a worker's own Redis traffic (through a
@@ -407,7 +408,12 @@ class ControlledChatModel(BaseChatModel):
         call = step.get("tool_call")
         if call is not None:
             return self._tool_call_chunk(
-                {"name": call["name"], "args": call.get("args", {}), "text": step.get("text")},
+                {
+                    "name": call["name"],
+                    "args": call.get("args", {}),
+                    "text": step.get("text"),
+                    "more": call.get("more"),
+                },
                 usage,
                 raw,
             )
@@ -434,7 +440,16 @@ class ControlledChatModel(BaseChatModel):
                         args=json.dumps(command.get("args", {})),
                         id=call_id,
                         index=0,
-                    )
+                    ),
+                    *(
+                        tool_call_chunk(
+                            name=more["name"],
+                            args=json.dumps(more.get("args", {})),
+                            id=f"{call_id}-{index}",
+                            index=index,
+                        )
+                        for index, more in enumerate(command.get("more") or (), 1)
+                    ),
                 ],
                 usage_metadata=usage,
                 response_metadata={"finish_reason": "tool_calls", **raw},

@@ -41,6 +41,64 @@ GUARDED_EFFECT = ToolSpec(
     approval=ToolApproval.REQUIRED,
 )
 TOOLS = (RECORD_EFFECT, FAILING_TOOL, GUARDED_EFFECT)
+GRANTABLE_EFFECT = ToolSpec(
+    "guarded_effect",
+    "tests.support.tools:guarded_effect",
+    "Record an effect that needs the caller's approval.",
+    effect="appends a record to the test's effect log",
+    approval=ToolApproval.REQUIRED,
+    session_grant="guarded_effect with any label, for the rest of this session",
+)
+
+GUARDED_PLAN = json.dumps(
+    [
+        {"tool_call": {"name": "guarded_effect", "args": {"label": "guarded"}}},
+        {"reply": "guarded-result"},
+    ]
+)
+"""Each task: one call of the approval-gated tool, then an answer."""
+
+FRAGILE_EFFECT = ToolSpec(
+    "fragile_effect",
+    "tests.support.tools:fragile_effect",
+    "Record an effect that needs the caller's approval (its first run kills its worker).",
+    effect="appends a record to the test's effect log",
+    approval=ToolApproval.REQUIRED,
+)
+FRAGILE_PLAN = json.dumps(
+    [
+        {"tool_call": {"name": "fragile_effect", "args": {"label": "fragile"}}},
+        {"reply": "fragile-result"},
+    ]
+)
+"""Each task: one call of the approval-gated tool that kills its first worker."""
+
+GUARDED_TWICE_PLAN = json.dumps(
+    [
+        {
+            "tool_call": {
+                "name": "guarded_effect",
+                "args": {"label": "first"},
+                "more": [{"name": "guarded_effect", "args": {"label": "second"}}],
+            }
+        },
+        {"reply": "both-decided"},
+    ]
+)
+"""Each task: two calls of the approval-gated tool in one message, then an answer."""
+
+QUESTION_PLAN = json.dumps(
+    [
+        {
+            "tool_call": {
+                "name": "ask_caller",
+                "args": {"question": "Which colour?", "choices": ["red", "blue"]},
+            }
+        },
+        {"reply": "noted"},
+    ]
+)
+"""Each task: one question to the caller (``ask_caller``), then an answer."""
 RECORD_CATEGORY = ToolSpec(
     "record_category",
     "tests.support.tools:record_category",
@@ -103,6 +161,7 @@ def _profile(
     visibility: Visibility = Visibility.UNKNOWN,
     tools: tuple[ToolSpec, ...] = (),
     safeguards: Safeguards | None = None,
+    questions: bool = False,
     pipeline: Pipeline | None = None,
     **options: str | int | bool | None,
 ) -> AgentProfile:
@@ -115,6 +174,7 @@ def _profile(
         history_visibility=visibility,
         tools=tools,
         safeguards=safeguards or Safeguards(),
+        questions=questions,
         pipeline=pipeline,
     )
 
@@ -156,6 +216,13 @@ _ALL = [
     _profile("accounting", input_tokens=7, output_tokens=3, reply="measured-result"),
     # Scripted per boundary scope (the outcome suite controls the model without task ids).
     _profile("outcome", scripted=True, script_by_scope=True),
+    # Each task calls the approval-gated tool once (the caller decides), then answers;
+    # with "granted" the tool may be approved for the rest of the session.
+    _profile("guarding", tools=(GUARDED_EFFECT,), plan=GUARDED_PLAN),
+    _profile("guarding-granted", tools=(GRANTABLE_EFFECT,), plan=GUARDED_PLAN),
+    _profile("guarding-twice", tools=(GUARDED_EFFECT,), plan=GUARDED_TWICE_PLAN),
+    _profile("guarding-fragile", tools=(FRAGILE_EFFECT,), plan=FRAGILE_PLAN),
+    _profile("questioning", questions=True, plan=QUESTION_PLAN),
     # A model that streams for about a second unless cancelled.
     _profile("slow", load_chunks=20, chunk_delay_ms=50),
     _profile("slow-unconfirmed", cancellation=UNCONFIRMED, load_chunks=20, chunk_delay_ms=50),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from typing import Any
 
 from langgraph.config import get_config
@@ -61,3 +62,19 @@ async def record_category(label: str) -> str:
     """Record that ``label`` was categorized (the pipelines' second step)."""
     await _record("record_category", {"label": label})
     return f"categorized {label}"
+
+
+async def fragile_effect(label: str) -> str:
+    """An approval-gated effect whose first run in a task kills its own worker process
+    (SIGKILL) before the effect; any later run records ``label``."""
+    task = str(get_config().get("metadata", {}).get("ahp_task_id", ""))
+    url = os.environ.get(MODEL_REDIS_URL_ENV) or Settings().redis_url
+    client = Redis.from_url(url, decode_responses=True)
+    try:
+        first = await client.set(f"{PREFIX}fragile:{task}", str(os.getpid()), nx=True)
+    finally:
+        await client.aclose()
+    if first:
+        os.kill(os.getpid(), signal.SIGKILL)
+    await _record("fragile_effect", {"label": label})
+    return f"fragile {label}"

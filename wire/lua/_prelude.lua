@@ -77,7 +77,31 @@ local function promote(session, prefix, starting)
     end
   end
 end
--- Record a terminal outcome: commit session usage once, keep the answer text streamed
+-- Resolve every pending interaction of the task as cleared (an interaction is pending
+-- while its id, a field of '<task>:interactions', has no field in '<task>:responses'),
+-- each once, and announce it (InteractionResolved). Returns how many were cleared.
+local function clear_pending(task, events, reason)
+  local responses = task .. ':responses'
+  local cleared = 0
+  for _, id in ipairs(redis.call('HKEYS', task .. ':interactions')) do
+    local resolution = {type='cleared', reason=reason}
+    if redis.call('HSETNX', responses, id, cjson.encode(resolution)) == 1 then
+      redis.call('XADD', events, '*', 'k', 'e', 't', 'resolved', 'd',
+                 cjson.encode({interaction_id=id, resolution=resolution}))
+      cleared = cleared + 1
+    end
+  end
+  return cleared
+end
+-- The usage a paused task's runs measured before it paused (unknown if none recorded).
+local function paused_usage(task)
+  local stored = redis.call('HGET', task, 'paused_usage')
+  if stored and stored ~= '' then return cjson.decode(stored) end
+  local unknown = {}
+  for _, f in ipairs(FIELDS) do unknown[f] = cjson.null end
+  return unknown
+end
+-- Record a terminal outcome: clear pending interactions (task ended), commit session usage once, keep the answer text streamed
 -- so far as the partial output of an outcome that carries none, append the terminal
 -- event, free the session when no graph run holds it any more, take the task out of the
 -- running and starting sets, and bound the retention of the record and the stream (every
@@ -107,6 +131,7 @@ local function settle(task, session, events, lease, running, starting, task_id, 
     redis.call('HDEL', task, 'queued')
     redis.call('HINCRBY', stats, 'queued', -1)
   end
+  clear_pending(task, events, 'task_ended')
   redis.call('HSET', task, 'state', state, 'outcome', encoded, 'settled_ms', now)
   redis.call('HINCRBY', stats, 'settled:' .. state, 1)
   local created = tonumber(redis.call('HGET', task, 'created_ms') or '')
@@ -129,5 +154,7 @@ local function settle(task, session, events, lease, running, starting, task_id, 
   end
   redis.call('EXPIRE', task, retention)
   redis.call('EXPIRE', events, retention)
+  redis.call('EXPIRE', task .. ':interactions', retention)
+  redis.call('EXPIRE', task .. ':responses', retention)
   return encoded
 end

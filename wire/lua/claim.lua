@@ -14,10 +14,14 @@
 --          deliveries, task fields, session fields}
 --         | {'missing'} | {'terminal'} | {'busy'} (another live run holds the session)
 --         | {'lost'} | {'exhausted'} | {'cancelled'} | {'released'} (settled here)
+--         | {'waiting'} (paused for the caller, not answered yet)
 -- A task of a released session (closed and not persistent, or its record gone: then no
 -- fence is issued for it ever again) never runs: one never claimed is settled Cancelled
 -- with measured-zero usage (no model was called), a lost run by the lost-run outcome. A
 -- run of it still holding the lease is left to end on its own (busy).
+-- A task paused for the caller ('awaiting_response') is claimed only once every interaction
+-- it waits for is resolved ('resume'); then its run resumes the graph from the interrupt,
+-- under a new fence, without counting a delivery. Else the message is dropped ('waiting').
 -- Every result is counted in KEYS[8] (field: the result), in this same step: a test or an
 -- operator can see that a message was consumed by the claim, not only taken off the queue.
 --! include prelude
@@ -32,6 +36,8 @@ redis.call('ZREM', KEYS[7], ARGV[4])
 if TERMINAL[state] then return counted('terminal') end
 -- Queued behind another task: no message of it should exist before its promotion.
 if redis.call('HGET', KEYS[1], 'queued') == '1' then return counted('busy') end
+local paused = state == 'awaiting_response'
+if paused and redis.call('HGET', KEYS[1], 'resume') ~= '1' then return counted('waiting') end
 local retention = tonumber(ARGV[9])
 local flags = redis.call('HMGET', KEYS[5], 'closed', 'persistent')
 local released = redis.call('EXISTS', KEYS[5]) == 0 or (flags[1] == '1' and flags[2] ~= '1')
@@ -39,6 +45,12 @@ local held = redis.call('EXISTS', KEYS[2]) == 1
 if released and (state == 'starting' or not held) then
   if state == 'starting' then
     local outcome = {type='cancelled', task_id=ARGV[4], output=cjson.null, usage=usage_zero()}
+    settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], KEYS[7], ARGV[4], 'cancelled',
+           outcome, '', false, retention)
+  elseif paused then
+    -- Nothing runs a paused task: it ends Cancelled with what its runs measured.
+    local outcome = {type='cancelled', task_id=ARGV[4], output=cjson.null,
+                     usage=paused_usage(KEYS[1])}
     settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], KEYS[7], ARGV[4], 'cancelled',
            outcome, '', false, retention)
   else
@@ -74,14 +86,23 @@ elseif state == 'running' then
     return counted('exhausted')
   end
 end
-local deliveries = redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
+local deliveries
+if paused then
+  -- A resume is no lost delivery: the bound counts runs lost to their workers.
+  deliveries = tonumber(redis.call('HGET', KEYS[1], 'deliveries') or '0')
+  redis.call('HDEL', KEYS[1], 'resume', 'awaiting')
+else
+  deliveries = redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
+end
 local fence = redis.call('INCR', KEYS[3])
 local value = fence .. ':' .. ARGV[1]
 local now = now_ms()
 redis.call('SET', KEYS[2], value, 'PX', ARGV[2])
 redis.call('HSET', KEYS[1], 'state', 'running', 'fence', fence, 'claimed_ms', now)
 -- A resumed run starts its answer over: the lost run's streamed text is superseded.
-redis.call('HDEL', KEYS[1], 'recover_at', 'partial')
+-- (A run resuming from an interrupt goes on with the answer of the run that paused.)
+redis.call('HDEL', KEYS[1], 'recover_at')
+if not paused then redis.call('HDEL', KEYS[1], 'partial') end
 redis.call('ZADD', KEYS[6], now, ARGV[4])
 if state == 'starting' then
   redis.call('XADD', KEYS[4], '*', 'k', 'e', 't', 'started', 'd', '{}')

@@ -10,8 +10,8 @@ local before = now_ms() - tonumber(ARGV[3])
 local out = {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', before, 'LIMIT', 0,
                                 tonumber(ARGV[4]))) do
-  local record = redis.call('HMGET', ARGV[1] .. id, 'state', 'session')
-  if record[1] ~= 'starting' then
+  local record = redis.call('HMGET', ARGV[1] .. id, 'state', 'session', 'resume')
+  if record[1] ~= 'starting' and not (record[1] == 'awaiting_response' and record[3] == '1') then
     redis.call('ZREM', KEYS[1], id)
   elseif not record[2] or redis.call('EXISTS', ARGV[2] .. record[2]) == 0 then
     table.insert(out, id)

@@ -24,8 +24,9 @@ local out = {}
 local due = {}
 for _, id in ipairs(stale) do
   local record = redis.call('HMGET', ARGV[1] .. id, 'state', 'recover_at', 'session',
-                            'published')
-  if record[1] ~= 'starting' then
+                            'published', 'resume')
+  -- A paused task answered by its caller is due for a resume run like a start.
+  if record[1] ~= 'starting' and not (record[1] == 'awaiting_response' and record[5] == '1') then
     redis.call('ZREM', KEYS[1], id)
   elseif tonumber(record[2] or '0') <= now then
     table.insert(due, {id, record[3], record[4]})

@@ -9,7 +9,7 @@
 -- a claim that came first runs it to its end). When none of its tasks is unsettled, the
 -- session is forgotten in the same step. 'forget' (after the caller stopped its task)
 -- forgets it whatever still runs. Forgetting deletes the record, lease, fence and handle
--- keys: a run still going has lost its lease, so its fenced writes are refused, and a later
+-- keys (and its approval grants): a run still going has lost its lease, so its fenced writes are refused, and a later
 -- claim finds no record, so the task is settled without running and no fence of the
 -- session is ever issued again (fences never repeat).
 -- Returns {'forgotten'} | {'closed', active task id} | {'unknown'}
@@ -39,5 +39,5 @@ if ARGV[2] == 'close' then
     if state and not TERMINAL[state] then return {'closed', active} end
   end
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], queue)
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], queue, KEYS[1] .. ':grants')
 return {'forgotten'}
