@@ -12,6 +12,7 @@ from workers.local_model import (
     LocalChatModel,
     ToolPlan,
     answer_hint,
+    call_hint,
     chatml,
     merged_arguments,
     planned_call,
@@ -150,3 +151,12 @@ def test_after_a_tool_result_the_model_is_reminded_of_the_question() -> None:
     assert (
         answer_hint(history) == "Now answer the user's question in one sentence: Weather in Oslo?"
     )
+
+
+def test_before_a_planned_call_the_model_is_told_the_tool_and_the_question() -> None:
+    history = [
+        HumanMessage("Weather in Oslo?"),
+        *_called("update_task_status", {"task": "lookup", "status": "in_progress"}, "c1"),
+    ]
+    hint = call_hint(ToolPlan(TOOLS[1], {}), history)
+    assert hint.startswith("The user asked: Weather in Oslo?\nCall the tool note (Write a note.)")

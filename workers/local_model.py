@@ -152,6 +152,18 @@ def planned_call(
     return ToolPlan(by_name[forced], {})
 
 
+def call_hint(call: ToolPlan, messages: Sequence[BaseMessage]) -> str:
+    """Before a planned call, tell a small model which tool and for which question (the
+    turn before is often a tool's result, which it would otherwise copy)."""
+    asked = (questions(messages) or [""])[-1]
+    description = call.tool["function"].get("description", "")
+    return (
+        f"The user asked: {asked}\n"
+        f"Call the tool {call.name} ({description}) for the user's question. "
+        "Write only its arguments as one JSON object."
+    )
+
+
 def answer_hint(messages: Sequence[BaseMessage]) -> str:
     """After a tool's result, remind a small model what it was asked."""
     asked = (questions(messages) or [""])[-1]
@@ -262,12 +274,8 @@ class LocalChatModel(BaseChatModel):
         if call is not None:
             from llama_cpp.llama_grammar import LlamaGrammar
 
-            function = call.tool["function"]
             grammar = LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
-            hint = (
-                f"Call the tool {call.name} ({function.get('description', '')}). "
-                "Write only its arguments as one JSON object."
-            )
+            hint = call_hint(call, messages)
         elif messages and isinstance(messages[-1], ToolMessage):
             hint = answer_hint(messages)
         prompt = llama.tokenize(chatml(messages, hint).encode(), add_bos=False, special=True)
@@ -369,6 +377,7 @@ __all__ = [
     "LocalChatModel",
     "ToolPlan",
     "answer_hint",
+    "call_hint",
     "chatml",
     "default_model_path",
     "merged_arguments",
