@@ -178,8 +178,10 @@ class _Interrupt:
 class _Answerer:
     """Answers the approvals of one task, as ``approvals`` says (see the module docstring)."""
 
-    def __init__(self, approvals: Approvals) -> None:
+    def __init__(self, approvals: Approvals, why: str) -> None:
         self.approvals = approvals
+        self._why = why
+        """Why an approval is answered without asking (shown with the answer)."""
         self.cancelled = False
         """The user answered an approval with cancel: the task's ``Cancelled`` is wanted."""
 
@@ -222,11 +224,8 @@ class _Answerer:
             if self.approvals is Approvals.APPROVE
             else ApprovalDecision.DECLINE
         )
-        why = "--approve" if self.approvals is Approvals.APPROVE else "--decline"
-        if self.approvals is Approvals.APPROVE and sys.stdin is not None:
-            why = "--approve" if sys.stdin.isatty() else "no terminal to ask"
         response = ApprovalResponse(decision)
-        console.print(f"Answered automatically ({why}): {json.dumps(to_json(response))}")
+        console.print(f"Answered automatically ({self._why}): {json.dumps(to_json(response))}")
         return response
 
 
@@ -287,7 +286,7 @@ async def _cleanup(harness: CeleryHarness, session: AgentSession | None) -> bool
     return False
 
 
-async def _converse(settings: Settings, model: DemoModel, approvals: Approvals) -> bool:
+async def _converse(settings: Settings, model: DemoModel, approvals: Approvals, why: str) -> bool:
     harness = CeleryHarness(settings, profile=model.profile)
     session: AgentSession | None = None
     completed = False
@@ -298,7 +297,7 @@ async def _converse(settings: Settings, model: DemoModel, approvals: Approvals) 
         interrupt.check()
         completed = True
         for question in QUESTIONS:
-            answerer = _Answerer(approvals)
+            answerer = _Answerer(approvals, why)
             outcome = await _ask(session, question, interrupt, answerer, model.task_timeout)
             wanted = Completed if not answerer.cancelled else Cancelled
             completed = completed and isinstance(outcome, wanted)
@@ -338,6 +337,7 @@ def run_demo(
     require_model(model)
     interactive = sys.stdin is not None and sys.stdin.isatty()
     approvals = Approvals.choose(approve, interactive)
+    why = "no terminal to ask" if approve is None else ("--approve" if approve else "--decline")
     console.print(Panel(model.introduction, title="AHP on Celery: demo"), soft_wrap=False)
     url = redis_url or os.environ.get("AHP_REDIS_URL") or os.environ.get("REDIS_URL")
     with ExitStack() as stack:
@@ -379,7 +379,7 @@ def run_demo(
             raise fail(str(error)) from None
         console.print(f"Worker ready (pid {process.pid}, queue {settings.queue}).")
         try:
-            completed = asyncio.run(_converse(settings, model, approvals))
+            completed = asyncio.run(_converse(settings, model, approvals, why))
         except typer.Exit:
             err.print(f"worker log tail:\n{process.log_tail()}", markup=False)
             raise
