@@ -14,6 +14,7 @@ from workers.local_model import (
     answer_hint,
     call_hint,
     chatml,
+    json_object,
     merged_arguments,
     planned_call,
 )
@@ -108,11 +109,15 @@ def test_fixed_arguments_are_used_as_given_and_the_model_writes_only_the_open_on
     partly = ToolPlan(convert_to_openai_tool(send), {"to": "ops"})
     schema = partly.open_schema()
     assert schema is not None
-    assert schema["properties"] == {"text": {"type": "string"}}
+    # The model's strings are bounded in the grammar, so its JSON ends before max_tokens.
+    assert schema["properties"] == {"text": {"type": "string", "maxLength": 100}}
     assert schema["required"] == ["text"]
     assert merged_arguments(partly, '{"text": "remember"}') == {"to": "ops", "text": "remember"}
     assert merged_arguments(partly, '{"text": "x", "to": "all"}') == {"to": "ops", "text": "x"}
     assert merged_arguments(partly, "not json") == "not json"
+    # The grammar lets a raw line break into a string: still the model's object.
+    assert merged_arguments(partly, '{"text": "a\nb"} ') == {"to": "ops", "text": "a\nb"}
+    assert json_object('{"text": "a') is None
     whole = ToolPlan(TOOLS[1], {}).open_schema()
     assert whole is not None
     assert whole["required"] == ["text"]

@@ -108,7 +108,11 @@ class ToolPlan:
 
     def open_schema(self) -> dict[str, Any] | None:
         """The JSON Schema of the arguments the model writes, or ``None`` when the fixed
-        ones are all there is to write (every required one given, and at least one)."""
+        ones are all there is to write (every required one given, and at least one).
+
+        A string without a ``maxLength`` is bounded to ``ARGUMENT_CHARACTERS`` here (the
+        grammar only; the tool's own schema is unchanged), so a rambling model closes its
+        JSON well before ``max_tokens`` instead of being cut off mid-string."""
         schema = self.tool["function"].get("parameters") or {"type": "object", "properties": {}}
         properties = dict(schema.get("properties") or {})
         required = [name for name in schema.get("required") or () if name not in self.fixed]
@@ -116,9 +120,23 @@ class ToolPlan:
             return None
         return {
             **schema,
-            "properties": {k: v for k, v in properties.items() if k not in self.fixed},
+            "properties": {
+                name: _bounded(prop) for name, prop in properties.items() if name not in self.fixed
+            },
             "required": required,
         }
+
+
+ARGUMENT_CHARACTERS = 100
+"""The longest string argument the local model is allowed to write (see ``open_schema``).
+Every token adds at least one character, so a call's JSON ends within about this many
+tokens plus its syntax, under the default ``max_tokens``."""
+
+
+def _bounded(prop: Any) -> Any:
+    if isinstance(prop, dict) and prop.get("type") == "string" and "maxLength" not in prop:
+        return {**prop, "maxLength": ARGUMENT_CHARACTERS}
+    return prop
 
 
 def planned_call(
@@ -174,14 +192,21 @@ def _usage(read: int, written: int) -> UsageMetadata:
     return UsageMetadata(input_tokens=read, output_tokens=written, total_tokens=read + written)
 
 
+def json_object(written: str) -> dict[str, Any] | None:
+    """``written`` as a JSON object, or ``None``. Control characters inside strings are
+    accepted: the grammar lets the model write a raw line break in a string."""
+    try:
+        value = json.loads(written, strict=False)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def merged_arguments(call: ToolPlan, written: str) -> dict[str, Any] | str:
     """The fixed arguments over what the model wrote; what it wrote as given when it is
     not a JSON object (the tool call then fails to parse, visibly)."""
-    try:
-        generated = json.loads(written)
-    except ValueError:
-        return written
-    if not isinstance(generated, dict):
+    generated = json_object(written)
+    if generated is None:
         return written
     return {**generated, **call.fixed}
 
@@ -302,6 +327,9 @@ class LocalChatModel(BaseChatModel):
                 if call is None and piece:
                     yield AIMessageChunk(content=piece)
                 text.append(piece)
+                if call is not None and "}" in piece and json_object("".join(text)) is not None:
+                    # The arguments are complete; the grammar would only let it pad.
+                    break
         tail = decoder.decode(b"", final=True)
         text.append(tail)
         usage = _usage(len(prompt), written)
@@ -380,6 +408,7 @@ __all__ = [
     "call_hint",
     "chatml",
     "default_model_path",
+    "json_object",
     "merged_arguments",
     "planned_call",
 ]
