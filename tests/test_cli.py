@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pty
 import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from uuid import uuid4
 
 import pytest
@@ -17,6 +19,7 @@ from typer.testing import CliRunner
 
 from harness import CeleryHarness
 from tooling.cli import app, redact
+from tooling.demo import Approvals
 from tooling.worker_process import (
     PROJECT_ROOT,
     WorkerProcess,
@@ -56,19 +59,35 @@ def worker_process(own_settings: Settings) -> Iterator[WorkerProcess]:
     process.log_path.unlink(missing_ok=True)
 
 
-def test_demo_completes_both_tasks_and_the_second_sees_the_first(redis_url: str) -> None:
+def _demo(redis_url: str, notes: Path, *options: str, stdin: int | None = None) -> str:
+    """Run ``ahp-celery demo``; its output (it must exit 0)."""
     env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "tooling.cli", "demo", "--redis-url", redis_url],
+        [sys.executable, "-m", "tooling.cli", "demo", "--redis-url", redis_url,
+         "--notes-dir", str(notes), *options],
         cwd=PROJECT_ROOT,
         env=env,
+        stdin=subprocess.DEVNULL if stdin is None else stdin,
         capture_output=True,
         text=True,
         timeout=150,
         check=False,
-    )
+    )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
+    return output
+
+
+def _notes(directory: Path) -> list[str]:
+    """The notes the worker's save_note wrote (read where the effect happened)."""
+    path = directory / "notes.txt"
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
+def test_demo_runs_the_pipeline_with_its_approved_effect_and_the_second_task_sees_the_first(
+    redis_url: str, tmp_path: Path
+) -> None:
+    output = _demo(redis_url, tmp_path)  # stdin is not a terminal: approved automatically
     words = " ".join(output.replace("│", " ").split())
     assert "scripted stand-in, not a real LLM" in words, output
     assert output.count("Outcome: Completed") == 2, output
@@ -76,15 +95,60 @@ def test_demo_completes_both_tasks_and_the_second_sees_the_first(redis_url: str)
     assert len(answers) == 2, output
     assert "This is your first question." in answers[0]
     assert f"Before that you asked '{FIRST}'" in answers[1], output
-    # Each task calls the demo tool once, then answers with its result.
     assert "The word_count tool says: 6 words." in answers[0], output
-    for event in ("TaskStarted", "MessageDelta", "MessageCompleted"):
-        assert output.count(event) == 2, (event, output)
-    assert output.count("UsageChanged") == 4, output  # one per model call
+    # Each task: the pipeline's steps in order, each moved through the status tool.
+    transitions = [
+        line.split("pipeline ", 1)[1]
+        for line in output.splitlines()
+        if "pipeline step" in line and "requested" not in line
+    ]
+    steps = ["count -> in_progress", "count -> complete", "note -> in_progress", "note -> complete"]
+    assert transitions == [f"step {step}" for step in steps] * 2, output
     assert output.count("ToolCallChanged  started word_count") == 2, output
     assert output.count("ToolCallChanged  completed word_count") == 2, output
-    assert output.count("TaskCompleted") == 2, output
+    # The approval: requested, answered (no terminal: approved once, and said so), resolved.
+    assert output.count("InteractionRequested approval") == 2, output
+    assert output.count("Answered automatically (no terminal to ask)") == 2, output
+    assert output.count('"decision": "approve_once"') == 2, output
+    assert output.count("InteractionResolved answered") == 2, output
+    # Its effect, exactly once per task: reported, and in the file the worker appended to.
+    assert output.count("ToolCallChanged  started save_note") == 2, output
+    assert output.count("EffectChanged    completed: saved as line 1 of") == 1, output
+    assert output.count("EffectChanged    completed: saved as line 2 of") == 1, output
+    assert _notes(tmp_path) == [FIRST, "And what did I ask you before?"]
+    assert "Notes file" in output
+    assert "2 line(s)" in output
+    for event in ("TaskStarted", "MessageDelta", "MessageCompleted", "TaskCompleted"):
+        assert output.count(event) == 2, (event, output)
+    assert output.count("UsageChanged") == 14, output  # one per model call: 6 tool calls, 1 answer
     assert "session usage:  input=" in output
+
+
+def test_demo_asks_for_approvals_at_the_terminal(redis_url: str, tmp_path: Path) -> None:
+    controller, terminal = pty.openpty()
+    try:
+        # What the user types: an unknown answer (asked again), approve once, then decline.
+        os.write(controller, b"maybe\nonce\ndecline\n")
+        output = _demo(redis_url, tmp_path, stdin=terminal)
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert output.count("Decision [once/decline/cancel]") == 3, output
+    assert "choose one of: once, decline, cancel" in output
+    assert "Answered automatically" not in output
+    assert output.count("EffectChanged") == 1, output
+    assert "ToolCallChanged  declined save_note: declined by the caller" in output
+    assert "The save_note tool says: declined by the caller." in output
+    assert output.count("Outcome: Completed") == 2, output
+    assert _notes(tmp_path) == [FIRST]  # the approved note only
+
+
+def test_demo_approval_flags_answer_without_asking() -> None:
+    assert Approvals.choose(None, interactive=True) is Approvals.ASK
+    assert Approvals.choose(None, interactive=False) is Approvals.APPROVE
+    assert Approvals.choose(True, interactive=True) is Approvals.APPROVE
+    assert Approvals.choose(False, interactive=True) is Approvals.DECLINE
+    assert Approvals.choose(False, interactive=False) is Approvals.DECLINE
 
 
 def test_settings_environment_round_trips_every_field(

@@ -154,11 +154,27 @@ def demo(
             "(needs the 'local' extra)."
         ),
     ] = DemoModel.SCRIPTED,
+    approve: Annotated[
+        bool | None,
+        typer.Option(
+            "--approve/--decline",
+            help="Answer every approval without asking: approve once, or decline "
+            "(default: ask at the terminal; without a terminal, approve once).",
+        ),
+    ] = None,
+    notes_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where the approved save_note calls write notes.txt "
+            "(default: a temporary directory, deleted at the end)."
+        ),
+    ] = None,
 ) -> None:
-    """One worker process, one session, two tasks, every event printed as it arrives."""
+    """One worker process, one session, two tasks of the demo agent's pipeline (a tool
+    call, an approval, a pipeline step each), every event printed as it arrives."""
     sigterm_interrupts()
     try:
-        run_demo(redis_url, model)
+        run_demo(redis_url, model, approve, notes_dir)
     except (KeyboardInterrupt, asyncio.CancelledError):
         err.print("Interrupted; the session, the worker and any embedded Redis were stopped.")
         raise typer.Exit(130) from None

@@ -4,13 +4,19 @@ Written against the AHP's interaction types only: an ``ApprovalRequest`` offers 
 ``ApprovalDecision`` s and is answered with an ``ApprovalResponse``; a ``QuestionRequest``
 offers choices and/or free text and is answered with an ``AnswerResponse``.
 
-``ask`` blocks on the terminal (run it off the event loop). ``unattended`` is the answer
-when nobody can be asked (``--no-interactive``, stdin not a terminal): an approval is
-declined (or, if declining is not offered, cancelled); a question has no safe answer,
-so it gets none and the caller cancels the task.
+``ask`` blocks on the terminal: run it off the event loop with ``in_thread``.
+``unattended`` is the answer when nobody can be asked (``--no-interactive``, stdin not a
+terminal): an approval is declined (or, if declining is not offered, cancelled); a
+question has no safe answer, so it gets none and the caller cancels the task.
 """
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 import typer
 from agent_harness_protocol import (
@@ -23,7 +29,16 @@ from agent_harness_protocol import (
     QuestionRequest,
 )
 
-__all__ = ["DECISION_LABELS", "answer_for", "ask", "describe", "unattended"]
+__all__ = [
+    "DECISION_LABELS",
+    "answer_for",
+    "ask",
+    "describe",
+    "in_thread",
+    "unattended",
+]
+
+T = TypeVar("T")
 
 DECISION_LABELS: dict[ApprovalDecision, str] = {
     ApprovalDecision.APPROVE_ONCE: "once",
@@ -113,3 +128,29 @@ def unattended(request: InteractionRequest) -> InteractionResponse | None:
             if decision in request.available_decisions:
                 return ApprovalResponse(decision)
     return None
+
+
+def in_thread(function: Callable[[], T]) -> asyncio.Future[T]:
+    """Run a blocking terminal prompt in a daemon thread: the loop keeps serving, and an
+    unanswered prompt never holds up the exit."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def work() -> None:
+        try:
+            result, error = function(), None
+        except BaseException as caught:  # handed to the loop, which re-raises it
+            result, error = None, caught
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=work, name="ahp-prompt", daemon=True).start()
+    return future

@@ -1,23 +1,31 @@
 """How events, outcomes and usage look: lines for people, JSON objects for programs.
 
 ``print_event`` / ``print_outcome`` are the demo's event log (every event on its own line,
-answer text streamed inline). ``to_json`` turns any AHP record (event, outcome, usage,
-interaction) into plain JSON: a dataclass becomes an object with its class name as
-``type``, an id its string, an enum its value, an exception ``{"type", "message"}``.
+answer text streamed inline; a pipeline's status-tool calls as the step transitions they
+are, an approval-gated tool's effect as the change it made). ``to_json`` turns any AHP
+record (event, outcome, usage, interaction) into plain JSON: a dataclass becomes an
+object with its class name as ``type``, an id its string, an enum its value, an
+exception ``{"type", "message"}``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
 from agent_harness_protocol import (
     AgentUsage,
+    ApprovalRequest,
     Cancelled,
+    Cleared,
     Completed,
+    EffectChanged,
     Failed,
+    InteractionRequested,
+    InteractionResolved,
     MessageCompleted,
     MessageDelta,
     StructuredOutput,
@@ -29,11 +37,22 @@ from agent_harness_protocol import (
     ToolCallChanged,
     Unresolved,
     UsageChanged,
+    Warning,
+    WorkStatus,
 )
+
+from wire.pipelines import STATUS_TOOL
 
 from .console import console
 
-__all__ = ["outcome_detail", "print_event", "print_outcome", "to_json", "usage_text"]
+__all__ = [
+    "outcome_detail",
+    "print_event",
+    "print_outcome",
+    "step_transition",
+    "to_json",
+    "usage_text",
+]
 
 
 def usage_text(usage: AgentUsage | None) -> str:
@@ -66,6 +85,9 @@ def print_event(event: TaskEvent, streaming: bool) -> bool:
     elif isinstance(event, MessageCompleted):
         line = f"{event.role.value}, {len(event.text)} characters"
         console.print(f"  [cyan]MessageCompleted[/] ({line})")
+    elif isinstance(event, ToolCallChanged) and event.name == STATUS_TOOL:
+        console.print("  [cyan]ToolCallChanged[/]  ", end="")
+        console.print(step_transition(event), markup=False)
     elif isinstance(event, ToolCallChanged):
         detail = {
             "started": event.arguments,
@@ -73,6 +95,24 @@ def print_event(event: TaskEvent, streaming: bool) -> bool:
         }.get(event.status.value, event.error)
         console.print("  [cyan]ToolCallChanged[/]  ", end="")
         console.print(f"{event.status.value} {event.name}: {detail}", markup=False)
+    elif isinstance(event, EffectChanged):
+        console.print("  [bold magenta]EffectChanged[/]    ", end="")
+        console.print(f"{event.status.value}: {event.output or event.description}", markup=False)
+    elif isinstance(event, InteractionRequested):
+        kind = "approval" if isinstance(event.request, ApprovalRequest) else "question"
+        console.print(f"  [bold magenta]InteractionRequested[/] {kind} ", end="")
+        console.print(f"{event.request.interaction_id.value}", markup=False)
+    elif isinstance(event, InteractionResolved):
+        resolution = event.resolution
+        how = (
+            f"cleared ({resolution.reason.value})"
+            if isinstance(resolution, Cleared)
+            else "answered"
+        )
+        console.print(f"  [magenta]InteractionResolved[/] {how}")
+    elif isinstance(event, Warning):
+        console.print(f"  [yellow]Warning[/]          {event.kind.value}: ", end="")
+        console.print(event.message, markup=False)
     elif isinstance(event, UsageChanged):
         line = f"task {usage_text(event.task)}, session {usage_text(event.session)}"
         console.print(f"  [cyan]UsageChanged[/]   {line}")
@@ -81,6 +121,26 @@ def print_event(event: TaskEvent, streaming: bool) -> bool:
     else:
         console.print(f"  {type(event).__name__} {event}", markup=False)
     return False
+
+
+def step_transition(event: ToolCallChanged) -> str:
+    """A status-tool call as the pipeline step transition it asks for, or made.
+
+    The status tool's successful transition has no text result (it updates the pipeline
+    state); a transition it refuses is a completed call whose result is the refusal."""
+    try:
+        arguments = json.loads(event.arguments or "{}")
+    except ValueError:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        arguments = {}
+    step = f"step {arguments.get('task', '?')} -> {arguments.get('status', '?')}"
+    if event.status is WorkStatus.STARTED:
+        return f"pipeline {step} requested"
+    if event.status is WorkStatus.COMPLETED and not event.result:
+        return f"pipeline {step}"
+    reason = event.result or event.error or ""
+    return f"pipeline {step} refused ({event.status.value}): {' '.join(reason.split())}"
 
 
 def outcome_detail(outcome: TaskOutcome) -> str:

@@ -26,10 +26,10 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import typer
 from agent_harness_protocol import (
@@ -81,7 +81,7 @@ from harness import (
 from wire.settings import Settings
 
 from .console import console, err
-from .interactions import ask, unattended
+from .interactions import ask, in_thread, unattended
 from .render import outcome_detail, to_json, usage_text
 
 __all__ = [
@@ -95,7 +95,6 @@ __all__ = [
     "run_task",
 ]
 
-T = TypeVar("T")
 
 CLEANUP_MARGIN = 5.0
 """Seconds beyond the harness's cleanup budget before the exit stops waiting for it."""
@@ -426,32 +425,6 @@ class _CtrlC:
 # -- interactions ------------------------------------------------------------------------
 
 
-def _in_thread(function: Callable[[], T]) -> asyncio.Future[T]:
-    """Run a blocking terminal prompt in a daemon thread: the loop keeps serving, and an
-    unanswered prompt never holds up the exit."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: T | None, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)  # type: ignore[arg-type]
-
-    def work() -> None:
-        try:
-            result, error = function(), None
-        except BaseException as caught:  # handed to the loop, which re-raises it
-            result, error = None, caught
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=work, name="ahp-run-prompt", daemon=True).start()
-    return future
-
-
 class _Follower:
     def __init__(
         self,
@@ -489,7 +462,7 @@ class _Follower:
                 answer = json.dumps(to_json(response))
                 self._view.note(f"No terminal to ask: answered {request.interaction_id} {answer}")
         else:
-            prompt = _in_thread(lambda: ask(request, err=self._stderr))
+            prompt = in_thread(lambda: ask(request, err=self._stderr))
             racing: set[asyncio.Future[Any]] = {prompt, self._outcome}
             await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
             if not prompt.done():

