@@ -197,3 +197,15 @@ def test_the_published_event_schema_names_every_event() -> None:
     assert {"task_completed", "task_failed", "task_cancelled", "task_unresolved"} <= set(
         EVENT_NAMES
     )
+
+
+def test_events_are_written_as_sse_starlette_writes_them_whatever_their_text() -> None:
+    from sse_starlette import ServerSentEvent
+
+    from harness.api.events import sse_event
+    from wire.codec import dumps
+
+    for text in ["plain", "two\nlines", "cr\rand crlf\r\n", "sep\u2028\u2029", "", "ü 🙂"]:
+        data = dumps({"task_id": "t", "text": text})
+        expected = ServerSentEvent(data=data, event="message_delta", id="1-0").encode()
+        assert sse_event("1-0", "message_delta", data) == expected

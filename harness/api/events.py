@@ -41,7 +41,6 @@ from agent_harness_protocol import (
 )
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
-from sse_starlette import ServerSentEvent
 
 from harness.task import StreamRead
 from wire.codec import DIAGNOSTIC, diagnostic_from_entry, dumps, event_from_entry
@@ -186,6 +185,13 @@ def encode_entry(task_id: str, fields: dict[str, str]) -> tuple[str, dict[str, A
     return name, data, isinstance(event, TerminalEvent)
 
 
+def sse_event(entry_id: str, name: str, data: str) -> bytes:
+    """One event as SSE bytes, as ``ServerSentEvent(...).encode()`` writes it, without its
+    per-field line splitting: an entry id, one of ``EVENT_NAMES`` and compact JSON (which
+    escapes every CR and LF) hold no line break."""
+    return f"id: {entry_id}\r\nevent: {name}\r\ndata: {data}\r\n\r\n".encode()
+
+
 def _encode_read(
     task_id: str, entries: Iterable[tuple[str, dict[str, str]]]
 ) -> tuple[bytes, str | None, bool]:
@@ -196,7 +202,7 @@ def _encode_read(
     for entry_id, fields in entries:
         last = entry_id
         name, data, terminal = encode_entry(task_id, fields)
-        chunk.append(ServerSentEvent(data=dumps(data), event=name, id=entry_id).encode())
+        chunk.append(sse_event(entry_id, name, dumps(data)))
         if terminal:
             return b"".join(chunk), last, True
     return b"".join(chunk), last, False
@@ -283,4 +289,11 @@ async def task_events(
                 return
 
 
-__all__ = ["ENTRY_ID", "FIRST_EVENT_ID", "encode_entry", "encode_event", "task_events"]
+__all__ = [
+    "ENTRY_ID",
+    "FIRST_EVENT_ID",
+    "encode_entry",
+    "encode_event",
+    "sse_event",
+    "task_events",
+]
