@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from agent_harness_protocol import InteractionResponse, Responded
 from redis.asyncio import Redis
@@ -29,25 +27,14 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from wire.interactions import resolution_from_json
 from wire.store import RecordStore, RespondResult
 
-
-class _Mode(StrEnum):
-    ACCEPT = "accept"
-    REJECT = "reject"
-    LOSE_AFTER_ACCEPTANCE = "lose_after_acceptance"
-    LOSE_BEFORE_ACCEPTANCE = "lose_before_acceptance"
-
-
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from .delivery import DeliveryMode, closed_port
 
 
 @dataclass
 class ResponseBoundary:
     """The shared record of every response delivery a fixture's harnesses attempted."""
 
-    mode: _Mode = _Mode.ACCEPT
+    mode: DeliveryMode = DeliveryMode.ACCEPT
     reason: str = ""
     submissions: int = 0
     accepted: list[InteractionResponse] = field(default_factory=list)
@@ -57,14 +44,16 @@ class ResponseBoundary:
 
     # -- ResponseControl --------------------------------------------------------------
     def accept(self) -> None:
-        self.mode = _Mode.ACCEPT
+        self.mode = DeliveryMode.ACCEPT
 
     def reject_before_delivery(self, message: str) -> None:
-        self.mode, self.reason = _Mode.REJECT, message
+        self.mode, self.reason = DeliveryMode.REJECT, message
 
     def lose_acceptance_acknowledgement(self, accepted_by_runtime: bool) -> None:
         self.mode = (
-            _Mode.LOSE_AFTER_ACCEPTANCE if accepted_by_runtime else _Mode.LOSE_BEFORE_ACCEPTANCE
+            DeliveryMode.LOSE_AFTER_ACCEPTANCE
+            if accepted_by_runtime
+            else DeliveryMode.LOSE_BEFORE_ACCEPTANCE
         )
 
     def observed_submissions(self) -> int:
@@ -108,26 +97,26 @@ class ControlledResponder:
     ) -> tuple[RespondResult, str, str, str]:
         boundary = self._boundary
         boundary.submissions += 1
-        mode, boundary.mode = boundary.mode, _Mode.ACCEPT
+        mode, boundary.mode = boundary.mode, DeliveryMode.ACCEPT
         if boundary.held:
             boundary._arrived.set()
             await boundary._released.wait()
         arguments = (session_id, task_id, interaction_id, resolution_json, event_json)
-        if mode is _Mode.REJECT:
-            url = f"redis://127.0.0.1:{_closed_port()}/0"
+        if mode is DeliveryMode.REJECT:
+            url = f"redis://127.0.0.1:{closed_port()}/0"
             unreachable = RecordStore(Redis.from_url(url, decode_responses=True), self._real.keys)
             try:
                 await unreachable.respond(*arguments, grant=grant, cancels=cancels)
             finally:
                 await unreachable.redis.aclose()
             raise AssertionError("a script on a closed port ran")
-        if mode is _Mode.LOSE_BEFORE_ACCEPTANCE:
+        if mode is DeliveryMode.LOSE_BEFORE_ACCEPTANCE:
             raise RedisTimeoutError("Timeout reading from socket")
         result = await self._real.respond(*arguments, grant=grant, cancels=cancels)
         if result[0] is RespondResult.OK:
             resolution = resolution_from_json(json.loads(resolution_json))
             assert isinstance(resolution, Responded)
             boundary.accepted.append(resolution.response)
-        if mode is _Mode.LOSE_AFTER_ACCEPTANCE:
+        if mode is DeliveryMode.LOSE_AFTER_ACCEPTANCE:
             raise RedisConnectionError("Connection closed by server.")
         return result

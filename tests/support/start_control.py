@@ -11,34 +11,21 @@ submission only. Accepted starts are the publishes the broker really acknowledge
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from agent_harness_protocol import SessionId, UnconfirmedStart
 
 from harness.transport import PublishError, PublishFate, TaskPublisher, classify
 from wire.settings import Settings
 
-
-class _Mode(StrEnum):
-    ACCEPT = "accept"
-    REJECT = "reject"
-    LOSE_AFTER_ACCEPTANCE = "lose_after_acceptance"
-    LOSE_BEFORE_ACCEPTANCE = "lose_before_acceptance"
-
-
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from .delivery import DeliveryMode, closed_port
 
 
 @dataclass
 class StartBoundary:
     """The shared record of every publish a fixture's harnesses attempted."""
 
-    mode: _Mode = _Mode.ACCEPT
+    mode: DeliveryMode = DeliveryMode.ACCEPT
     reason: str = ""
     submissions: int = 0
     accepted: int = 0
@@ -47,14 +34,16 @@ class StartBoundary:
 
     # -- StartControl -----------------------------------------------------------------
     def accept(self) -> None:
-        self.mode = _Mode.ACCEPT
+        self.mode = DeliveryMode.ACCEPT
 
     def reject_before_delivery(self, message: str) -> None:
-        self.mode, self.reason = _Mode.REJECT, message
+        self.mode, self.reason = DeliveryMode.REJECT, message
 
     def lose_acceptance_acknowledgement(self, accepted_by_runtime: bool) -> None:
         self.mode = (
-            _Mode.LOSE_AFTER_ACCEPTANCE if accepted_by_runtime else _Mode.LOSE_BEFORE_ACCEPTANCE
+            DeliveryMode.LOSE_AFTER_ACCEPTANCE
+            if accepted_by_runtime
+            else DeliveryMode.LOSE_BEFORE_ACCEPTANCE
         )
 
     def observed_submissions(self) -> int:
@@ -75,7 +64,7 @@ class ControlledPublisher:
     def __init__(self, boundary: StartBoundary, settings: Settings) -> None:
         self._boundary = boundary
         self._real = TaskPublisher(settings)
-        unreachable = f"redis://127.0.0.1:{_closed_port()}/0"
+        unreachable = f"redis://127.0.0.1:{closed_port()}/0"
         self._unreachable = TaskPublisher(settings.model_copy(update={"broker_url": unreachable}))
 
     async def publish(self, task_id: str, session_id: str | None = None) -> None:
@@ -84,17 +73,17 @@ class ControlledPublisher:
         boundary.submitted.append(UnconfirmedStart(SessionId(session_id or "?"), task_id))
         # A fault applies to the next submission only: one lost acknowledgement, one
         # refused connection. Later submissions are accepted unless a fault is set again.
-        mode, boundary.mode = boundary.mode, _Mode.ACCEPT
-        if mode is _Mode.REJECT:
+        mode, boundary.mode = boundary.mode, DeliveryMode.ACCEPT
+        if mode is DeliveryMode.REJECT:
             await self._unreachable.publish(task_id, session_id)
             raise AssertionError("a publish to a closed port succeeded")
-        if mode is _Mode.LOSE_BEFORE_ACCEPTANCE:
+        if mode is DeliveryMode.LOSE_BEFORE_ACCEPTANCE:
             error: OSError = TimeoutError("publish timed out before the broker answered")
             raise PublishError(classify(error), error)
         await self._real.publish(task_id, session_id)
         boundary.accepted += 1
         boundary.accepted_ids.append(task_id)
-        if mode is _Mode.LOSE_AFTER_ACCEPTANCE:
+        if mode is DeliveryMode.LOSE_AFTER_ACCEPTANCE:
             error = ConnectionResetError("connection reset before the acknowledgement arrived")
             assert classify(error) is PublishFate.UNKNOWN
             raise PublishError(classify(error), error)
