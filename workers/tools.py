@@ -1,4 +1,4 @@
-"""Build the tools a profile declares, by import path (nothing is unpickled)."""
+"""Build the tools a profile declares, by import path (no pickle: nothing is deserialized)."""
 
 from __future__ import annotations
 
