@@ -185,6 +185,7 @@ class AgentProfile:
     pipeline: Pipeline | None = None
     questions: bool = False
     """Whether the agent gets the built-in question tool (``ask_caller``)."""
+    _digest: str = field(default="", init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         require_valid_id("profile", self.name)
@@ -226,9 +227,12 @@ class AgentProfile:
 
     @property
     def digest(self) -> str:
-        """A stable digest of everything that changes behaviour (not the description)."""
-        canonical = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+        """A stable digest of everything that changes behaviour (not the description),
+        computed once: workers compare it on every task."""
+        if not self._digest:
+            canonical = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+            object.__setattr__(self, "_digest", hashlib.sha256(canonical.encode()).hexdigest()[:32])
+        return self._digest
 
 
 def load_profiles(path: str) -> Mapping[str, AgentProfile]:
