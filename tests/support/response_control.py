@@ -27,38 +27,19 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from wire.interactions import resolution_from_json
 from wire.store import RecordStore, RespondResult
 
-from .delivery import DeliveryMode, closed_port
+from .delivery import DeliveryControl, DeliveryMode, closed_port
 
 
 @dataclass
-class ResponseBoundary:
+class ResponseBoundary(DeliveryControl):
     """The shared record of every response delivery a fixture's harnesses attempted."""
 
-    mode: DeliveryMode = DeliveryMode.ACCEPT
-    reason: str = ""
-    submissions: int = 0
     accepted: list[InteractionResponse] = field(default_factory=list)
     held: bool = False
     _arrived: asyncio.Event = field(default_factory=asyncio.Event)
     _released: asyncio.Event = field(default_factory=asyncio.Event)
 
     # -- ResponseControl --------------------------------------------------------------
-    def accept(self) -> None:
-        self.mode = DeliveryMode.ACCEPT
-
-    def reject_before_delivery(self, message: str) -> None:
-        self.mode, self.reason = DeliveryMode.REJECT, message
-
-    def lose_acceptance_acknowledgement(self, accepted_by_runtime: bool) -> None:
-        self.mode = (
-            DeliveryMode.LOSE_AFTER_ACCEPTANCE
-            if accepted_by_runtime
-            else DeliveryMode.LOSE_BEFORE_ACCEPTANCE
-        )
-
-    def observed_submissions(self) -> int:
-        return self.submissions
-
     def observed_accepted_responses(self) -> tuple[InteractionResponse, ...]:
         return tuple(self.accepted)
 

@@ -18,37 +18,18 @@ from agent_harness_protocol import SessionId, UnconfirmedStart
 from harness.transport import PublishError, PublishFate, TaskPublisher, classify
 from wire.settings import Settings
 
-from .delivery import DeliveryMode, closed_port
+from .delivery import DeliveryControl, DeliveryMode, closed_port
 
 
 @dataclass
-class StartBoundary:
+class StartBoundary(DeliveryControl):
     """The shared record of every publish a fixture's harnesses attempted."""
 
-    mode: DeliveryMode = DeliveryMode.ACCEPT
-    reason: str = ""
-    submissions: int = 0
     accepted: int = 0
     submitted: list[UnconfirmedStart] = field(default_factory=list)
     accepted_ids: list[str] = field(default_factory=list)
 
     # -- StartControl -----------------------------------------------------------------
-    def accept(self) -> None:
-        self.mode = DeliveryMode.ACCEPT
-
-    def reject_before_delivery(self, message: str) -> None:
-        self.mode, self.reason = DeliveryMode.REJECT, message
-
-    def lose_acceptance_acknowledgement(self, accepted_by_runtime: bool) -> None:
-        self.mode = (
-            DeliveryMode.LOSE_AFTER_ACCEPTANCE
-            if accepted_by_runtime
-            else DeliveryMode.LOSE_BEFORE_ACCEPTANCE
-        )
-
-    def observed_submissions(self) -> int:
-        return self.submissions
-
     def observed_accepted_starts(self) -> int:
         return self.accepted
 
