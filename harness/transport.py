@@ -12,10 +12,12 @@ import asyncio
 import logging
 from enum import StrEnum
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from celery import Celery
 
 from wire.celery_config import RUN_TASK, START_PRIORITY, celery_config
+from wire.kombu_transport import TRANSPORT_ALIAS
 from wire.messages import RunMessage
 from wire.settings import Settings
 
@@ -74,6 +76,8 @@ class TaskPublisher:
             "interval_step": 0.2,
             "interval_max": 0.5,
         }
+        if urlsplit(settings.effective_broker_url).scheme == "redis":
+            config["broker_transport"] = TRANSPORT_ALIAS  # one Redis client, not one per publish
         self._app.conf.update(config)
 
     def _publish(self, task_id: str, session_id: str | None) -> None:

@@ -46,6 +46,7 @@ from redis.exceptions import OutOfMemoryError, ResponseError
 
 from wire.celery_config import RUN_TASK
 from wire.keys import Keys, is_valid_id
+from wire.kombu_transport import ReusingRedisChannel
 from wire.messages import RunMessage
 from wire.redis_options import pool_options
 from wire.settings import Settings
@@ -259,7 +260,7 @@ class _GuardedQoS(kombu_redis.QoS):
             log.warning("rejection of %s dropped: its connection is gone", delivery_tag)
 
 
-class _GuardedChannel(kombu_redis.Channel):
+class _GuardedChannel(ReusingRedisChannel):
     Message = _GuardedMessage
     QoS = _GuardedQoS
 
