@@ -18,12 +18,12 @@ wrote instead of reading it back.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -36,6 +36,7 @@ from langgraph.checkpoint.redis.aio import AsyncRedisSaver
 from langgraph.checkpoint.redis.util import to_storage_safe_id, to_storage_safe_str
 from ulid import ULID
 
+from .checkpoint_serde import MessageCachingSerializer
 from .errors import StaleLeaseError
 from .lease import LEASE_CONFIG_KEY, CheckpointScripts, SessionLease
 
@@ -64,6 +65,10 @@ class FencedRedisSaver(AsyncRedisSaver):
 
     def __init__(self, *args: Any, cache_size: int = 512, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # LangGraph may run a shallow clone of this saver with a clone of this serializer
+        # (``with_allowlist``): both share the encodings kept, so look the serializer up
+        # at each use.
+        self.serde = MessageCachingSerializer(threads=cache_size)
         self._fenced = CheckpointScripts(self._redis)  # type: ignore[arg-type]
         self._cache: OrderedDict[str, tuple[int, CheckpointTuple]] = OrderedDict()
         self._cache_size = cache_size
@@ -113,6 +118,13 @@ class FencedRedisSaver(AsyncRedisSaver):
             return int(self.ttl_config["default_ttl"] * 60)
         return None
 
+    def _dump(self, thread_id: str, checkpoint: Checkpoint) -> dict[str, Any]:
+        serde = self.serde
+        if not isinstance(serde, MessageCachingSerializer):
+            return self._dump_checkpoint(checkpoint.copy())
+        with serde.checkpoint(str(thread_id)):
+            return self._dump_checkpoint(checkpoint.copy())
+
     def checkpoint_document(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
     ) -> tuple[str, dict[str, Any], str, RunnableConfig]:
@@ -148,7 +160,7 @@ class FencedRedisSaver(AsyncRedisSaver):
                 to_storage_safe_id(parent_checkpoint_id) if parent_checkpoint_id else ""
             ),
             "checkpoint_ts": checkpoint_ts,
-            "checkpoint": self._dump_checkpoint(checkpoint.copy()),
+            "checkpoint": self._dump(thread_id, checkpoint),
             "metadata": self._dump_metadata(metadata),
             "has_writes": False,
         }
@@ -179,7 +191,7 @@ class FencedRedisSaver(AsyncRedisSaver):
         key, document, latest, written = self.checkpoint_document(config, checkpoint, metadata)
         self.forget(thread_id)
         await lease.put_checkpoint(
-            self._fenced, key, json.dumps(document), latest, self._ttl_seconds()
+            self._fenced, key, orjson.dumps(document), latest, self._ttl_seconds()
         )
         has_writes = self._with_writes.get(thread_id) == written["configurable"]["checkpoint_id"]
         if not config.get("configurable", {}).get("checkpoint_ns", "") and not has_writes:
@@ -260,12 +272,14 @@ class FencedRedisSaver(AsyncRedisSaver):
             self._fenced,
             checkpoint_key,
             registry,
-            [(key, json.dumps(document)) for key, document in documents],
+            [(key, orjson.dumps(document)) for key, document in documents],
             self._ttl_seconds(),
         )
 
     async def adelete_thread(self, thread_id: str) -> None:
         self.forget(thread_id)
+        if isinstance(self.serde, MessageCachingSerializer):
+            self.serde.forget(thread_id)
         self._with_writes.pop(thread_id, None)
         await super().adelete_thread(thread_id)
 

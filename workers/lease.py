@@ -195,7 +195,7 @@ class SessionLease:
         self,
         fenced: CheckpointScripts,
         checkpoint_key: str,
-        document: str,
+        document: str | bytes,
         latest_key: str,
         ttl_seconds: int | None,
     ) -> None:
@@ -215,7 +215,7 @@ class SessionLease:
         fenced: CheckpointScripts,
         checkpoint_key: str,
         registry_key: str | None,
-        writes: Sequence[tuple[str, str]],
+        writes: Sequence[tuple[str, str | bytes]],
         ttl_seconds: int | None,
     ) -> None:
         """Store pending-write documents ``(key, JSON)`` of a checkpoint, mark it as having
