@@ -32,7 +32,10 @@ timings; the "targets" block only reports.
 CPU is accounted per measured window (Linux /proc): the CPU of this run's processes (this
 process, the workers with their pool children, the embedded Redis) and, separately, the
 CPU everything else on the machine used meanwhile, so interference from other load is
-visible next to the numbers it distorts.
+visible next to the numbers it distorts. Under the throughput table, ours is split by
+process, in ms per task: the caller (this process), the worker main processes, their
+prefork pool children, Redis; each process counts what it used between the window's two
+snapshots (one that exits inside the window takes its CPU with it).
 """
 
 from __future__ import annotations
@@ -408,15 +411,66 @@ def _children(pid: int) -> list[int]:
 
 def tree_cpu(pids: Sequence[int]) -> float:
     """CPU seconds of the live processes ``pids`` and all their live descendants."""
-    total, seen, stack = 0.0, set(), list(pids)
+    return sum(_tree(pids, set()).values())
+
+
+def _tree(pids: Sequence[int], seen: set[int]) -> dict[int, float]:
+    """CPU seconds by pid of the live processes ``pids`` and their live descendants,
+    skipping those in ``seen`` (with their descendants) and adding the others to it."""
+    found: dict[int, float] = {}
+    stack = list(pids)
     while stack:
         pid = stack.pop()
         if pid in seen:
             continue
         seen.add(pid)
-        total += _proc_cpu(pid)
+        found[pid] = _proc_cpu(pid)
         stack.extend(_children(pid))
-    return total
+    return found
+
+
+CPU_PARTS = ("caller", "worker main", "pool children", "redis")
+
+
+@dataclass(frozen=True)
+class RunProcesses:
+    """This run's processes at one moment: the caller (this process), the embedded Redis
+    (``None`` for an external one), the worker main processes."""
+
+    caller: int
+    redis: int | None
+    workers: tuple[int, ...]
+
+
+CpuSnapshot = dict[str, dict[int, float]]
+"""CPU seconds so far of each live process of this run, by part and pid."""
+
+
+def cpu_snapshot(processes: RunProcesses) -> CpuSnapshot:
+    """Each live process of this run, counted once, in one part: the Redis server; the
+    worker main processes themselves; their descendants (the prefork pool children); the
+    caller, with any other descendant of it (the workers and the embedded Redis are its
+    children too, counted above)."""
+    seen: set[int] = set()
+    parts: CpuSnapshot = {part: {} for part in CPU_PARTS}
+    if processes.redis is not None:
+        parts["redis"] = _tree([processes.redis], seen)
+    mains = [pid for pid in processes.workers if pid not in seen]
+    parts["worker main"] = {pid: _proc_cpu(pid) for pid in mains}
+    seen.update(mains)
+    parts["pool children"] = _tree([child for pid in mains for child in _children(pid)], seen)
+    parts["caller"] = _tree([processes.caller], seen)
+    return parts
+
+
+def cpu_used(start: CpuSnapshot, end: CpuSnapshot) -> dict[str, float]:
+    """CPU seconds used between two snapshots, by part: each process alive at the end
+    counts what it used since the start (all of it if it started meanwhile). A process
+    that exited meanwhile is missing from the end, and its CPU in the window with it."""
+    return {
+        part: sum(cpu - start[part].get(pid, 0.0) for pid, cpu in end[part].items())
+        for part in CPU_PARTS
+    }
 
 
 def machine_busy() -> float:
@@ -437,6 +491,7 @@ class CpuWindow:
     wall: float = 0.0
     ours: float = 0.0  # bench process + its workers (+ the embedded Redis)
     machine: float = 0.0
+    parts: dict[str, float] = field(default_factory=dict)  # ``ours`` by CPU_PARTS
 
     @property
     def other(self) -> float:
@@ -453,20 +508,20 @@ class CpuWindow:
 
 
 class CpuMeter:
-    def __init__(self, pids: Callable[[], list[int]]) -> None:
-        self._pids = pids
+    def __init__(self, processes: Callable[[], RunProcesses]) -> None:
+        self._processes = processes
 
     @contextlib.contextmanager
     def window(self) -> Any:
         result = CpuWindow()
-        pids = self._pids()
-        start = (time.perf_counter(), tree_cpu(pids), machine_busy())
+        start = (time.perf_counter(), cpu_snapshot(self._processes()), machine_busy())
         try:
             yield result
         finally:
-            pids = self._pids()
+            end = cpu_snapshot(self._processes())
             result.wall = time.perf_counter() - start[0]
-            result.ours = tree_cpu(pids) - start[1]
+            result.parts = cpu_used(start[1], end)
+            result.ours = sum(result.parts.values())
             result.machine = machine_busy() - start[2]
 
 
@@ -482,9 +537,10 @@ class Bench:
         self.log_dir = log_dir
         self.pools: list[WorkerPool | ProjectWorkers] = []
         self.use_project_helper = project_worker_helper()
-        extra = [redis_pid] if redis_pid is not None else []
         self.meter = CpuMeter(
-            lambda: [os.getpid(), *extra, *(pid for pool in self.pools for pid in pool.pids)]
+            lambda: RunProcesses(
+                os.getpid(), redis_pid, tuple(pid for pool in self.pools for pid in pool.pids)
+            )
         )
 
     # infrastructure
@@ -1031,6 +1087,28 @@ def print_throughput(results: list[ThroughputResult], plan: Plan) -> None:
             f"  ratio {result.label} ({result.workers}) / reference: "
             f"{ratio(result.per_second, reference.per_second):.2f}"
         )
+    print_cpu_parts(results)
+
+
+def print_cpu_parts(results: list[ThroughputResult]) -> None:
+    print("  ours, cpu ms per completed task by process (the 'cpu ms/task' column split up):")
+    header = "".join(f"{part:>15}" for part in CPU_PARTS)
+    print(f"  {'system':<40} {'workers':<24}{header}")
+    for result in results:
+        if not result.label.startswith("ours"):
+            continue
+        cells = "".join(
+            f"{result.cpu.parts.get(part, float('nan')) / result.tally.ok * 1000:15.2f}"
+            if result.tally.ok
+            else f"{'n/a':>15}"
+            for part in CPU_PARTS
+        )
+        print(f"  {result.label:<40} {result.workers:<24}{cells}")
+    print(
+        "  (caller: this process; worker main: the celery worker main processes; pool "
+        "children: their prefork children;\n   redis: the embedded server, 0 with "
+        "--redis-url; a process that exits inside the window takes its CPU with it)"
+    )
 
 
 def print_targets(
