@@ -2,6 +2,7 @@
 """Latency and throughput of the Celery AHP harness, side by side with two baselines.
 
     python bench/latency_throughput.py [--quick] [--redis-url URL] [--worker-counts 1,2]
+                                       [--log-dir DIR] [--require-targets]
 
 Systems compared, all in ONE run against one Redis (an embedded Redis 8 with search+JSON
 unless ``--redis-url`` is given):
@@ -15,7 +16,7 @@ unless ``--redis-url`` is given):
                 ours) whose task pushes a token onto a Redis list the caller BLPOPs.
 
 Both harnesses run the same deterministic in-process chat model
-(``workers.scripted_model:ScriptedChatModel``, profile ``scripted``).
+(``workers.scripted_model:ScriptedChatModel``, profile ``scripted``) in (a)-(c).
 
 Scenarios:
  (a) fresh-session latency: create a session + one task to its outcome (release untimed);
@@ -23,16 +24,39 @@ Scenarios:
  (b) the 1st vs the 200th task of ONE session (median over a window of tasks).
  (c) throughput: S concurrent sessions x T sequential tasks, ours with 1 and 2 worker
      processes, the reference in one event loop, raw no-op with the same worker counts.
+ (d) event latency, ours only (1 worker): a bench model running in the worker
+     (``bench.clock_model:ClockChatModel``, profile ``clock`` of the registry
+     ``bench.clock_profiles:PROFILES``, loaded by caller and workers through
+     ``AHP_PROFILES``) streams 20 chunks 5 ms apart, each carrying ``time.time_ns()`` read
+     as the model yields it; the caller follows ``task.events()`` and, for each
+     ``MessageDelta``, subtracts that stamp from ``time.time_ns()`` at receipt. Both
+     processes run on this machine and share CLOCK_REALTIME. p50/p95/max over every chunk
+     of N tasks (one at a time, a fresh session each); every chunk is accounted for (sent,
+     received, lost, received twice).
+ (e) cancel latency, ours only (1 worker): a task of profile ``clock-slow`` (a chunk every
+     10 ms for up to 10 s) is cancelled (``request_cancellation()``) once its first chunk
+     reached the caller; the time from the call to the terminal outcome, which must be
+     ``Cancelled`` (anything else is a failure).
 
 Every scenario uses a fresh namespace/queue and its own worker processes. Every outcome
 is counted by type (and Completed outputs are checked for the scripted reply and for the
-session context), so a fast-but-failing run cannot look good. Nothing here asserts
-timings; the "targets" block only reports.
+session context, or for every clock chunk in order), so a fast-but-failing run cannot
+look good. Nothing here asserts timings; the "targets" block only reports.
+
+Exit code: 1 when any scenario had a failure (a task that did not end as expected, a
+session release that failed, a chunk lost or received twice, a cancel that did not end
+``Cancelled``, a worker that died or a warm-up that failed: such a scenario is aborted
+and the run goes on with the next). Unmet targets do not change it, unless
+``--require-targets`` is given: then a run without failures exits 2 when a target is
+not met (or could not be measured). Otherwise 0.
 
 CPU is accounted per measured window (Linux /proc): the CPU of this run's processes (this
 process, the workers with their pool children, the embedded Redis) and, separately, the
 CPU everything else on the machine used meanwhile, so interference from other load is
-visible next to the numbers it distorts.
+visible next to the numbers it distorts. Under the throughput table, ours is split by
+process, in ms per task: the caller (this process), the worker main processes, their
+prefork pool children, Redis; each process counts what it used between the window's two
+snapshots (one that exits inside the window takes its CPU with it).
 """
 
 from __future__ import annotations
@@ -48,12 +72,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from uuid import uuid4
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,10 +90,16 @@ import redis.asyncio as aioredis  # noqa: E402
 from agent_harness_protocol import (  # noqa: E402
     AgentHarness,
     AgentSession,
+    AgentTask,
+    Cancelled,
     Completed,
     ContextRetentionDisposition,
+    MessageDelta,
+    ObservationGap,
     SessionSpec,
+    TaskEvent,
     TaskRequest,
+    TerminalEvent,
     TextInput,
     TextOutput,
     UserHistoryVisibility,
@@ -80,7 +111,8 @@ from agent_harness_protocol_langgraph import LangGraphHarness  # noqa: E402
 from celery import Celery  # noqa: E402
 from langgraph.checkpoint.redis.aio import AsyncRedisSaver  # noqa: E402
 
-from bench import noop_app  # noqa: E402
+from bench import clock_profiles, noop_app  # noqa: E402
+from bench.clock_model import stamps  # noqa: E402
 from harness import CeleryHarness, Settings  # noqa: E402
 from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
 from wire.default_profiles import SCRIPTED  # noqa: E402
@@ -90,6 +122,10 @@ TASK_TIMEOUT = 60.0
 WORKER_READY_TIMEOUT = 120.0
 SPEC = SessionSpec(instructions="You are a benchmark assistant.", model=SCRIPTED.model_id)
 REPLY_PREFIX = "[scripted model]"
+CLOCK_PROFILES = "bench.clock_profiles:PROFILES"
+CLOCK_SPEC = SessionSpec(
+    instructions="You are a benchmark clock.", model=clock_profiles.CLOCK.model_id
+)
 
 
 @dataclass(frozen=True)
@@ -101,6 +137,8 @@ class Plan:
     window: int  # (b) moving-median window
     sessions: int  # (c)
     tasks_per_session: int  # (c)
+    event_tasks: int  # (d) tasks of clock_profiles.EVENT_CHUNKS chunks each
+    cancel_samples: int  # (e)
     worker_counts: tuple[int, ...] = (1, 2)
 
 
@@ -112,6 +150,8 @@ FULL = Plan(
     window=10,
     sessions=50,
     tasks_per_session=20,
+    event_tasks=20,
+    cancel_samples=30,
 )
 QUICK = Plan(
     "quick",
@@ -121,6 +161,8 @@ QUICK = Plan(
     window=10,
     sessions=10,
     tasks_per_session=20,
+    event_tasks=10,
+    cancel_samples=10,
 )
 
 
@@ -148,6 +190,12 @@ class Tally:
                 kind = "ok"
         if kind != "ok" and not self.first_problem:
             self.first_problem = f"{kind}: {outcome!r}"[:400]
+        self.counts[kind] += 1
+
+    def record(self, kind: str, detail: object) -> None:
+        """One fate of a scenario's own checking (``kind`` ``"ok"`` or what went wrong)."""
+        if kind != "ok" and not self.first_problem:
+            self.first_problem = f"{kind}: {detail!r}"[:400]
         self.counts[kind] += 1
 
     def error(self, error: BaseException) -> None:
@@ -408,15 +456,66 @@ def _children(pid: int) -> list[int]:
 
 def tree_cpu(pids: Sequence[int]) -> float:
     """CPU seconds of the live processes ``pids`` and all their live descendants."""
-    total, seen, stack = 0.0, set(), list(pids)
+    return sum(_tree(pids, set()).values())
+
+
+def _tree(pids: Sequence[int], seen: set[int]) -> dict[int, float]:
+    """CPU seconds by pid of the live processes ``pids`` and their live descendants,
+    skipping those in ``seen`` (with their descendants) and adding the others to it."""
+    found: dict[int, float] = {}
+    stack = list(pids)
     while stack:
         pid = stack.pop()
         if pid in seen:
             continue
         seen.add(pid)
-        total += _proc_cpu(pid)
+        found[pid] = _proc_cpu(pid)
         stack.extend(_children(pid))
-    return total
+    return found
+
+
+CPU_PARTS = ("caller", "worker main", "pool children", "redis")
+
+
+@dataclass(frozen=True)
+class RunProcesses:
+    """This run's processes at one moment: the caller (this process), the embedded Redis
+    (``None`` for an external one), the worker main processes."""
+
+    caller: int
+    redis: int | None
+    workers: tuple[int, ...]
+
+
+CpuSnapshot = dict[str, dict[int, float]]
+"""CPU seconds so far of each live process of this run, by part and pid."""
+
+
+def cpu_snapshot(processes: RunProcesses) -> CpuSnapshot:
+    """Each live process of this run, counted once, in one part: the Redis server; the
+    worker main processes themselves; their descendants (the prefork pool children); the
+    caller, with any other descendant of it (the workers and the embedded Redis are its
+    children too, counted above)."""
+    seen: set[int] = set()
+    parts: CpuSnapshot = {part: {} for part in CPU_PARTS}
+    if processes.redis is not None:
+        parts["redis"] = _tree([processes.redis], seen)
+    mains = [pid for pid in processes.workers if pid not in seen]
+    parts["worker main"] = {pid: _proc_cpu(pid) for pid in mains}
+    seen.update(mains)
+    parts["pool children"] = _tree([child for pid in mains for child in _children(pid)], seen)
+    parts["caller"] = _tree([processes.caller], seen)
+    return parts
+
+
+def cpu_used(start: CpuSnapshot, end: CpuSnapshot) -> dict[str, float]:
+    """CPU seconds used between two snapshots, by part: each process alive at the end
+    counts what it used since the start (all of it if it started meanwhile). A process
+    that exited meanwhile is missing from the end, and its CPU in the window with it."""
+    return {
+        part: sum(cpu - start[part].get(pid, 0.0) for pid, cpu in end[part].items())
+        for part in CPU_PARTS
+    }
 
 
 def machine_busy() -> float:
@@ -437,6 +536,7 @@ class CpuWindow:
     wall: float = 0.0
     ours: float = 0.0  # bench process + its workers (+ the embedded Redis)
     machine: float = 0.0
+    parts: dict[str, float] = field(default_factory=dict)  # ``ours`` by CPU_PARTS
 
     @property
     def other(self) -> float:
@@ -453,20 +553,20 @@ class CpuWindow:
 
 
 class CpuMeter:
-    def __init__(self, pids: Callable[[], list[int]]) -> None:
-        self._pids = pids
+    def __init__(self, processes: Callable[[], RunProcesses]) -> None:
+        self._processes = processes
 
     @contextlib.contextmanager
     def window(self) -> Any:
         result = CpuWindow()
-        pids = self._pids()
-        start = (time.perf_counter(), tree_cpu(pids), machine_busy())
+        start = (time.perf_counter(), cpu_snapshot(self._processes()), machine_busy())
         try:
             yield result
         finally:
-            pids = self._pids()
+            end = cpu_snapshot(self._processes())
             result.wall = time.perf_counter() - start[0]
-            result.ours = tree_cpu(pids) - start[1]
+            result.parts = cpu_used(start[1], end)
+            result.ours = sum(result.parts.values())
             result.machine = machine_busy() - start[2]
 
 
@@ -482,19 +582,25 @@ class Bench:
         self.log_dir = log_dir
         self.pools: list[WorkerPool | ProjectWorkers] = []
         self.use_project_helper = project_worker_helper()
-        extra = [redis_pid] if redis_pid is not None else []
         self.meter = CpuMeter(
-            lambda: [os.getpid(), *extra, *(pid for pool in self.pools for pid in pool.pids)]
+            lambda: RunProcesses(
+                os.getpid(), redis_pid, tuple(pid for pool in self.pools for pid in pool.pids)
+            )
         )
 
     # infrastructure
-    def new_settings(self) -> Settings:
+    def new_settings(
+        self, profile: str = "scripted", profiles: str = "wire.default_profiles:PROFILES"
+    ) -> Settings:
+        """A fresh namespace and queue (one per scenario); callers and workers of the
+        scenario load the profile registry ``profiles``."""
         tag = uuid4().hex[:10]
         return Settings(
             redis_url=self.redis_url,
             namespace=f"bench-{tag}",
             queue=f"bench.{tag}",
-            profile="scripted",
+            profiles=profiles,
+            profile=profile,
         )
 
     async def start_pool(self, pool: WorkerPool | ProjectWorkers) -> WorkerPool | ProjectWorkers:
@@ -520,6 +626,7 @@ class Bench:
             "AHP_REDIS_URL": settings.redis_url,
             "AHP_NAMESPACE": settings.namespace,
             "AHP_QUEUE": settings.queue,
+            "AHP_PROFILES": settings.profiles,
             "AHP_PROFILE": settings.profile,
         }
         pool = WorkerPool(
@@ -574,7 +681,7 @@ class Bench:
 
     @contextlib.asynccontextmanager
     async def ours(self, settings: Settings) -> Any:
-        harness = CeleryHarness(settings, profile="scripted")
+        harness = CeleryHarness(settings, profile=settings.profile)
         try:
             yield harness
         finally:
@@ -834,6 +941,7 @@ async def scenario_latency(bench: Bench) -> tuple[list[LatencyResult], CpuWindow
                     for sample in order[rotation:] + order[:rotation]:
                         await sample()
             ours_pool.check_alive()
+            noop_pool.check_alive()
     finally:
         await client.aclose()
         await bench.stop_pool(ours_pool)
@@ -931,6 +1039,210 @@ async def scenario_throughput(bench: Bench) -> list[ThroughputResult]:
             ThroughputResult("raw Celery no-op", f"{count} proc x prefork -c 1", tasks, cpu, tally)
         )
     return results
+
+
+@dataclass
+class EventLatencyResult:
+    """(d): one latency per chunk received, and every chunk accounted for."""
+
+    label: str
+    tasks: int
+    chunks_per_task: int
+    latencies: list[float] = field(default_factory=list)  # seconds, one per received chunk
+    produced: int = 0  # chunks in the outputs of the completed tasks (what the worker sent)
+    received: int = 0  # distinct chunks that reached this caller as MessageDelta events
+    duplicates: int = 0  # a chunk received more than once
+    gaps: int = 0  # events the caller's subscription reported lost (ObservationGap)
+    tally: Tally = field(default_factory=Tally)
+    cpu: CpuWindow = field(default_factory=CpuWindow)
+
+    @property
+    def expected(self) -> int:
+        return self.tasks * self.chunks_per_task
+
+    @property
+    def lost(self) -> int:
+        return max(0, self.expected - self.received)
+
+    def failures(self) -> list[str]:
+        found = []
+        if not self.tally.clean:
+            found.append(f"tasks: {self.tally.describe()}; {self.tally.first_problem}")
+        if self.lost:
+            found.append(f"{self.lost} of {self.expected} chunks never reached the caller")
+        if self.duplicates:
+            found.append(f"{self.duplicates} chunks reached the caller twice")
+        if self.gaps:
+            found.append(f"{self.gaps} events lost in the caller's subscription")
+        return found
+
+
+@dataclass
+class CancelLatencyResult:
+    """(e): request_cancellation() -> the terminal outcome, per running task."""
+
+    label: str
+    latencies: list[float] = field(default_factory=list)  # to the outcome
+    requests: list[float] = field(default_factory=list)  # until request_cancellation returned
+    tally: Tally = field(default_factory=Tally)
+    cpu: CpuWindow = field(default_factory=CpuWindow)
+
+    def failures(self) -> list[str]:
+        if self.tally.clean:
+            return []
+        return [f"tasks: {self.tally.describe()}; {self.tally.first_problem}"]
+
+
+async def clock_sample(session: AgentSession, result: EventLatencyResult) -> None:
+    """One clock task: the latency of each chunk as it reaches this caller's ``events()``."""
+    chunks = result.chunks_per_task
+    seen: set[int] = set()
+    try:
+        task = await session.start_task(TaskRequest(TextInput("stream the clock")))
+        events = task.events()  # subscribed before any await: no event can slip past
+        async with asyncio.timeout(TASK_TIMEOUT):
+            async for event in events:
+                received = time.time_ns()
+                if isinstance(event, MessageDelta):
+                    for index, stamp in stamps(event.text):
+                        if index in seen:
+                            result.duplicates += 1
+                            continue
+                        seen.add(index)
+                        result.latencies.append((received - stamp) / 1e9)
+                elif isinstance(event, ObservationGap):
+                    result.gaps += event.dropped_events
+            outcome = await task.await_outcome()
+    except Exception as error:
+        result.tally.error(error)
+        return
+    finally:
+        result.received += len(seen)
+    if not isinstance(outcome, Completed):
+        result.tally.record(type(outcome).__name__, outcome)
+        return
+    output = outcome.output.text if isinstance(outcome.output, TextOutput) else ""
+    produced = [index for index, _ in stamps(output)]
+    result.produced += len(produced)
+    if produced != list(range(chunks)):
+        result.tally.record(f"Completed(not {chunks} chunks in order)", output[:200])
+    else:
+        result.tally.record("ok", outcome)
+
+
+async def first_of(
+    events: AsyncIterator[TaskEvent], kind: tuple[type[TaskEvent], ...]
+) -> TaskEvent | None:
+    """The first event of type ``kind``; the subscription is closed then."""
+    try:
+        async for event in events:
+            if isinstance(event, kind):
+                return event
+        return None
+    finally:
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            await close()
+
+
+async def cancel_sample(session: AgentSession, result: CancelLatencyResult) -> None:
+    """Start a slow task, wait for its first chunk (it runs in the worker), cancel it and
+    time the way to its terminal outcome, which must be ``Cancelled``."""
+    try:
+        task: AgentTask = await session.start_task(TaskRequest(TextInput("stream slowly")))
+        async with asyncio.timeout(TASK_TIMEOUT):
+            first = await first_of(task.events(), (MessageDelta, TerminalEvent))
+            if not isinstance(first, MessageDelta):
+                outcome = await task.await_outcome()
+                result.tally.record(f"{type(outcome).__name__}(before its first chunk)", outcome)
+                return
+            started = time.perf_counter()
+            await task.request_cancellation()
+            requested = time.perf_counter()
+            outcome = await task.await_outcome()
+            ended = time.perf_counter()
+    except Exception as error:
+        result.tally.error(error)
+        return
+    if isinstance(outcome, Cancelled):
+        result.latencies.append(ended - started)
+        result.requests.append(requested - started)
+        result.tally.record("ok", outcome)
+    else:
+        result.tally.record(type(outcome).__name__, outcome)
+
+
+async def scenario_event_latency(bench: Bench) -> EventLatencyResult:
+    plan = bench.plan
+    settings = bench.new_settings(clock_profiles.CLOCK.name, CLOCK_PROFILES)
+    result = EventLatencyResult(
+        "ours: CeleryHarness, 1 worker process (prefork -c 1)",
+        plan.event_tasks,
+        clock_profiles.EVENT_CHUNKS,
+    )
+    pool = await bench.ours_workers(settings, 1)
+    try:
+        async with bench.ours(settings) as harness:
+            warm = EventLatencyResult("warm-up", 2, clock_profiles.EVENT_CHUNKS)
+            for _ in range(warm.tasks):
+                session = await harness.create_session(CLOCK_SPEC)
+                try:
+                    await clock_sample(session, warm)
+                finally:
+                    await release(session, warm.tally)
+            if warm.failures():
+                raise RuntimeError(f"event latency warm-up failed: {'; '.join(warm.failures())}")
+            with bench.meter.window() as cpu:
+                for _ in range(plan.event_tasks):
+                    # A fresh session per task; its release is outside the receipt path.
+                    try:
+                        session = await harness.create_session(CLOCK_SPEC)
+                    except Exception as error:
+                        result.tally.error(error)
+                        continue
+                    try:
+                        await clock_sample(session, result)
+                    finally:
+                        await release(session, result.tally)
+            result.cpu = cpu
+        pool.check_alive()
+    finally:
+        await bench.stop_pool(pool)
+    return result
+
+
+async def scenario_cancel_latency(bench: Bench) -> CancelLatencyResult:
+    plan = bench.plan
+    settings = bench.new_settings(clock_profiles.CLOCK_SLOW.name, CLOCK_PROFILES)
+    result = CancelLatencyResult("ours: CeleryHarness, 1 worker process (prefork -c 1)")
+    pool = await bench.ours_workers(settings, 1)
+    try:
+        async with bench.ours(settings) as harness:
+            warm = CancelLatencyResult("warm-up")
+            for _ in range(2):
+                session = await harness.create_session(CLOCK_SPEC)
+                try:
+                    await cancel_sample(session, warm)
+                finally:
+                    await release(session, warm.tally)
+            if warm.failures():
+                raise RuntimeError(f"cancel latency warm-up failed: {'; '.join(warm.failures())}")
+            with bench.meter.window() as cpu:
+                for _ in range(plan.cancel_samples):
+                    try:
+                        session = await harness.create_session(CLOCK_SPEC)
+                    except Exception as error:
+                        result.tally.error(error)
+                        continue
+                    try:
+                        await cancel_sample(session, result)
+                    finally:
+                        await release(session, result.tally)
+            result.cpu = cpu
+        pool.check_alive()
+    finally:
+        await bench.stop_pool(pool)
+    return result
 
 
 # -- report -----------------------------------------------------------------------------
@@ -1031,70 +1343,259 @@ def print_throughput(results: list[ThroughputResult], plan: Plan) -> None:
             f"  ratio {result.label} ({result.workers}) / reference: "
             f"{ratio(result.per_second, reference.per_second):.2f}"
         )
+    print_cpu_parts(results)
 
 
-def print_targets(
-    latency: list[LatencyResult],
-    long: list[LongSessionResult],
-    throughput: list[ThroughputResult],
-    plan: Plan,
-) -> None:
-    print("\ntargets")
-    rows: list[tuple[str, float, bool, bool]] = []
-    ours_a, ref_a, _ = latency
-    value = ratio(
-        statistics.median(ours_a.samples or [float("nan")]),
-        statistics.median(ref_a.samples or [float("nan")]),
-    )
-    rows.append(
-        (
-            "(a) fresh-session latency, median ours/reference <= 1.3",
-            value,
-            value <= 1.3,
-            ours_a.tally.clean and ref_a.tally.clean,
+def print_cpu_parts(results: list[ThroughputResult]) -> None:
+    print("  ours, cpu ms per completed task by process (the 'cpu ms/task' column split up):")
+    header = "".join(f"{part:>15}" for part in CPU_PARTS)
+    print(f"  {'system':<40} {'workers':<24}{header}")
+    for result in results:
+        if not result.label.startswith("ours"):
+            continue
+        cells = "".join(
+            f"{result.cpu.parts.get(part, float('nan')) / result.tally.ok * 1000:15.2f}"
+            if result.tally.ok
+            else f"{'n/a':>15}"
+            for part in CPU_PARTS
         )
+        print(f"  {result.label:<40} {result.workers:<24}{cells}")
+    print(
+        "  (caller: this process; worker main: the celery worker main processes; pool "
+        "children: their prefork children;\n   redis: the embedded server, 0 with "
+        "--redis-url; a process that exits inside the window takes its CPU with it)"
     )
-    ours_b = long[0]
-    value = ratio(ours_b.last, ours_b.first)
-    rows.append(
-        (
-            f"(b) ours task {plan.turns - plan.window + 1}-{plan.turns} / task 1-{plan.window}"
-            f" latency <= 2x",
-            value,
-            value <= 2.0,
-            ours_b.tally.clean,
+
+
+def latency_row(label: str, values: Sequence[float]) -> str:
+    values = list(values) or [float("nan")]
+    return (
+        f"  {label:<56} {ms(percentile(values, 0.5))} {ms(percentile(values, 0.95))} "
+        f"{ms(max(values))} {ms(min(values))} {ms(statistics.fmean(values))}"
+    )
+
+
+def print_event_latency(result: EventLatencyResult) -> None:
+    print(
+        f"\n(d) event latency, worker -> caller: {result.tasks} tasks x "
+        f"{result.chunks_per_task} streamed chunks {clock_profiles.EVENT_INTERVAL * 1000:g} ms "
+        f"apart, one task at a time, ms"
+    )
+    print(f"  {'per chunk':<56} {'p50':>8} {'p95':>8} {'max':>8} {'min':>8} {'mean':>8}")
+    print(latency_row(result.label, result.latencies))
+    print(
+        f"  chunks: sent {result.expected} (in the completed outputs: {result.produced}), "
+        f"received {result.received}, lost {result.lost}, received twice {result.duplicates}, "
+        f"subscription gaps {result.gaps}; tasks {result.tally.describe()}"
+    )
+    print(
+        "  clock: the worker stamps time.time_ns() (CLOCK_REALTIME) into each chunk as the "
+        "model yields it; the caller\n  reads time.time_ns() when the MessageDelta comes "
+        "out of task.events(). Both processes run on this machine\n  and share "
+        "CLOCK_REALTIME: no clock skew is involved."
+    )
+    print(f"  {result.cpu.describe()} ({result.cpu.wall:.1f} s)")
+
+
+def print_cancel_latency(result: CancelLatencyResult, plan: Plan) -> None:
+    print(
+        f"\n(e) cancel latency: a running task (its first chunk received; the model streams a "
+        f"chunk every {clock_profiles.SLOW_INTERVAL * 1000:g} ms\n    for up to "
+        f"{clock_profiles.SLOW_CHUNKS * clock_profiles.SLOW_INTERVAL:g} s), "
+        f"request_cancellation() -> terminal outcome (n={plan.cancel_samples}), ms"
+    )
+    print(f"  {'':<56} {'p50':>8} {'p95':>8} {'max':>8} {'min':>8} {'mean':>8}")
+    print(latency_row("to the Cancelled outcome", result.latencies))
+    print(latency_row("  of which: until request_cancellation() returned", result.requests))
+    print(f"  outcomes (must be Cancelled): {result.tally.describe()}")
+    print(f"  {result.cpu.describe()} ({result.cpu.wall:.1f} s)")
+
+
+@dataclass
+class Results:
+    """What the run measured; ``None`` for a scenario that was aborted (or not run)."""
+
+    latency: tuple[list[LatencyResult], CpuWindow] | None = None
+    long: list[LongSessionResult] | None = None
+    throughput: list[ThroughputResult] | None = None
+    events: EventLatencyResult | None = None
+    cancel: CancelLatencyResult | None = None
+    aborted: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Target:
+    label: str
+    measured: float | None  # None: not measured (its scenario aborted)
+    unit: str
+    met: bool
+    clean: bool  # its scenario had no failure
+
+    @property
+    def verdict(self) -> str:
+        if self.measured is None:
+            return "NOT MEASURED (scenario aborted)"
+        verdict = "met" if self.met and self.clean else "NOT MET"
+        if not self.clean:
+            verdict += " (failures in this scenario: result invalid)"
+        return verdict
+
+    @property
+    def ok(self) -> bool:
+        return self.measured is not None and self.met and self.clean
+
+
+def not_measured(label: str, unit: str) -> Target:
+    return Target(label, None, unit, met=False, clean=False)
+
+
+def targets(results: Results, plan: Plan) -> list[Target]:
+    rows: list[Target] = []
+    label = "(a) fresh-session latency, median ours/reference <= 1.3"
+    if results.latency is None:
+        rows.append(not_measured(label, "x"))
+    else:
+        ours_a, ref_a, _ = results.latency[0]
+        value = ratio(
+            statistics.median(ours_a.samples or [float("nan")]),
+            statistics.median(ref_a.samples or [float("nan")]),
         )
-    )
-    reference_c = throughput[0]
-    ours_two = [r for r in throughput if r.label.startswith("ours") and r.workers.startswith("2")]
-    if ours_two:
-        value = ratio(ours_two[0].per_second, reference_c.per_second)
         rows.append(
-            (
-                "(c) throughput ours (2 workers) / reference >= 2x",
-                value,
-                value >= 2.0,
-                ours_two[0].tally.clean and reference_c.tally.clean,
-            )
+            Target(label, value, "x", value <= 1.3, ours_a.tally.clean and ref_a.tally.clean)
         )
-    for label, measured, met, clean in rows:
-        verdict = "met" if met and clean else "NOT MET"
-        if not clean:
-            verdict += " (tasks failed in this scenario: result invalid)"
-        print(f"  {label:<64} measured {measured:6.2f}   {verdict}")
-    tallies = [r.tally for r in latency] + [r.tally for r in long] + [r.tally for r in throughput]
-    total = sum(t.total for t in tallies)
-    ok = sum(t.ok for t in tallies)
-    problems = [t.first_problem for t in tallies if t.first_problem]
+    label = (
+        f"(b) ours task {plan.turns - plan.window + 1}-{plan.turns} / task 1-{plan.window}"
+        f" latency <= 2x"
+    )
+    if results.long is None:
+        rows.append(not_measured(label, "x"))
+    else:
+        ours_b = results.long[0]
+        value = ratio(ours_b.last, ours_b.first)
+        rows.append(Target(label, value, "x", value <= 2.0, ours_b.tally.clean))
+    label = "(c) throughput ours (2 workers) / reference >= 2x"
+    label_cpu = "(c) CPU per task, ours (2 workers), all processes <= 10 ms"
+    if results.throughput is None:
+        rows += [not_measured(label, "x"), not_measured(label_cpu, "ms")]
+    else:
+        reference_c = results.throughput[0]
+        ours_two = [
+            r
+            for r in results.throughput
+            if r.label.startswith("ours") and r.workers.startswith("2")
+        ]
+        if ours_two:
+            two = ours_two[0]
+            value = ratio(two.per_second, reference_c.per_second)
+            clean = two.tally.clean and reference_c.tally.clean
+            rows.append(Target(label, value, "x", value >= 2.0, clean))
+            value = two.cpu_ms_per_task
+            rows.append(Target(label_cpu, value, "ms", value <= 10.0, two.tally.clean))
+    label = "(d) event latency worker -> caller, p50 <= 1 ms"
+    if results.events is None:
+        rows.append(not_measured(label, "ms"))
+    else:
+        value = percentile(results.events.latencies, 0.5) * 1000
+        rows.append(Target(label, value, "ms", value <= 1.0, not results.events.failures()))
+    label = "(e) cancel -> Cancelled outcome, p50 <= 10 ms"
+    label_95 = "(e) cancel -> Cancelled outcome, p95 <= 20 ms"
+    if results.cancel is None:
+        rows += [not_measured(label, "ms"), not_measured(label_95, "ms")]
+    else:
+        clean = not results.cancel.failures()
+        value = percentile(results.cancel.latencies, 0.5) * 1000
+        rows.append(Target(label, value, "ms", value <= 10.0, clean))
+        value = percentile(results.cancel.latencies, 0.95) * 1000
+        rows.append(Target(label_95, value, "ms", value <= 20.0, clean))
+    return rows
+
+
+def tallies(results: Results) -> list[tuple[str, Tally]]:
+    """Every measured task's tally, by scenario and system."""
+    found: list[tuple[str, Tally]] = []
+    if results.latency is not None:
+        found += [(f"(a) {r.label}", r.tally) for r in results.latency[0]]
+    if results.long is not None:
+        found += [(f"(b) {r.label}", r.tally) for r in results.long]
+    if results.throughput is not None:
+        found += [(f"(c) {r.label} ({r.workers})", r.tally) for r in results.throughput]
+    if results.events is not None:
+        found.append((f"(d) {results.events.label}", results.events.tally))
+    if results.cancel is not None:
+        found.append((f"(e) {results.cancel.label}", results.cancel.tally))
+    return found
+
+
+def failures(results: Results) -> list[str]:
+    """Everything that went wrong in the run, by scenario: an aborted scenario (a worker
+    died, a warm-up failed), a task that did not end as expected, a session release that
+    failed, a chunk lost or received twice, a cancel that did not end Cancelled."""
+    found = list(results.aborted)
+    for label, tally in tallies(results):
+        if label.startswith(("(d)", "(e)")):
+            continue  # their own checks below say more
+        if not tally.clean:
+            found.append(f"{label}: {tally.describe()}; {tally.first_problem}")
+    if results.events is not None:
+        found += [f"(d) {problem}" for problem in results.events.failures()]
+    if results.cancel is not None:
+        found += [f"(e) {problem}" for problem in results.cancel.failures()]
+    for label, tally in tallies(results):
+        if tally.cleanup_errors:
+            found.append(f"{label}: {tally.cleanup_errors} session releases failed")
+    return found
+
+
+def exit_code(found: Sequence[str], rows: Sequence[Target], require_targets: bool) -> int:
+    """1 if anything failed; else 2 if targets are required and one is not met; else 0."""
+    if found:
+        return 1
+    if require_targets and not all(row.ok for row in rows):
+        return 2
+    return 0
+
+
+def print_targets(rows: Sequence[Target], found: Sequence[str], results: Results) -> None:
+    print("\ntargets")
+    for row in rows:
+        measured = "    n/a" if row.measured is None else f"{row.measured:7.2f}"
+        print(f"  {row.label:<64} measured {measured} {row.unit:<2}  {row.verdict}")
+    counted = [tally for _, tally in tallies(results)]
+    total = sum(tally.total for tally in counted)
+    ok = sum(tally.ok for tally in counted)
     print(
         f"  all measured tasks completed as expected: {'yes' if ok == total else 'NO'} "
         f"({ok}/{total})"
     )
-    for problem in problems[:5]:
-        print(f"    first problem: {problem}")
+    print(f"  failures in this run: {len(found) or 'none'}")
+    for problem in found[:10]:
+        print(f"    {problem[:400]}")
+    if len(found) > 10:
+        print(f"    ... and {len(found) - 10} more")
 
 
-async def run(redis_url: str, plan: Plan, log_dir: Path, redis_pid: int | None) -> None:
+T = TypeVar("T")
+
+
+async def attempt(
+    label: str, scenario: Callable[[], Awaitable[T]], results: Results, started: float
+) -> T | None:
+    """Run one scenario; one that raises (a worker died, a warm-up failed) is recorded as
+    aborted, and the run goes on with the next."""
+    print(f"[{time.perf_counter() - started:6.1f}s] {label} ...", flush=True)
+    try:
+        return await scenario()
+    except Exception as error:
+        traceback.print_exc()
+        results.aborted.append(f"{label}: aborted: {type(error).__name__}: {error}"[:400])
+        print(f"  {label} aborted: {type(error).__name__}: {error}", flush=True)
+        return None
+
+
+async def run(
+    redis_url: str, plan: Plan, log_dir: Path, redis_pid: int | None, require_targets: bool
+) -> int:
+    """Every scenario in turn; the report; the exit code (see ``exit_code``)."""
     bench = Bench(redis_url, plan, log_dir, redis_pid)
     helper = (
         "tooling.worker_process.WorkerProcess" if bench.use_project_helper else "bench WorkerPool"
@@ -1105,30 +1606,59 @@ async def run(redis_url: str, plan: Plan, log_dir: Path, redis_pid: int | None) 
         f"-P prefork -c 1 --loglevel warning, one OS process each)"
     )
     started = time.perf_counter()
+    results = Results()
     try:
-        print(f"[{time.perf_counter() - started:6.1f}s] (a) fresh-session latency ...", flush=True)
-        latency, latency_cpu = await scenario_latency(bench)
-        print(f"[{time.perf_counter() - started:6.1f}s] (b) long session ...", flush=True)
-        long = await scenario_long_session(bench)
-        print(f"[{time.perf_counter() - started:6.1f}s] (c) throughput ...", flush=True)
-        throughput = await scenario_throughput(bench)
+        results.latency = await attempt(
+            "(a) fresh-session latency", lambda: scenario_latency(bench), results, started
+        )
+        results.long = await attempt(
+            "(b) long session", lambda: scenario_long_session(bench), results, started
+        )
+        results.throughput = await attempt(
+            "(c) throughput", lambda: scenario_throughput(bench), results, started
+        )
+        results.events = await attempt(
+            "(d) event latency", lambda: scenario_event_latency(bench), results, started
+        )
+        results.cancel = await attempt(
+            "(e) cancel latency", lambda: scenario_cancel_latency(bench), results, started
+        )
     finally:
         await asyncio.to_thread(bench.stop_all)
-    print_latency(latency, latency_cpu, plan)
-    print_long_session(long, plan)
-    print_throughput(throughput, plan)
-    print_targets(latency, long, throughput, plan)
+    if results.latency is not None:
+        print_latency(*results.latency, plan)
+    if results.long is not None:
+        print_long_session(results.long, plan)
+    if results.throughput is not None:
+        print_throughput(results.throughput, plan)
+    if results.events is not None:
+        print_event_latency(results.events)
+    if results.cancel is not None:
+        print_cancel_latency(results.cancel, plan)
+    rows = targets(results, plan)
+    found = failures(results)
+    print_targets(rows, found, results)
+    code = exit_code(found, rows, require_targets)
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     print(
         f"\nwall time of the run: {time.perf_counter() - started:.1f} s; load average now "
         f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; worker logs: {log_dir}"
     )
+    reason = {
+        0: "no failures" + ("; every target met" if require_targets else ""),
+        1: "failures in this run",
+        2: "targets not met (--require-targets)",
+    }[code]
+    print(f"exit code {code}: {reason}")
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--quick", action="store_true", help="fewer samples, 10x20 tasks for (c), 50 turns for (b)"
+        "--quick",
+        action="store_true",
+        help="fewer samples, 10x20 tasks for (c), 50 turns for (b), 10 tasks for (d) and (e)",
     )
     parser.add_argument(
         "--redis-url", help="use this Redis 8 (search+JSON) instead of an embedded one"
@@ -1139,6 +1669,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="worker processes for (c), comma separated (default 1,2)",
     )
     parser.add_argument("--log-dir", type=Path, help="where worker logs go (default: temp dir)")
+    parser.add_argument(
+        "--require-targets",
+        action="store_true",
+        help="exit 2 when a target is not met (without it only failures change the exit code)",
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     counts = tuple(int(part) for part in args.worker_counts.split(",") if part.strip())
@@ -1151,15 +1686,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"cpus: {os.cpu_count()}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
     print(f"code: {git_state()}")
-    print(f"model: {SCRIPTED.model.target} (both harnesses); prompts 'question <n>'")
+    print(
+        f"model: {SCRIPTED.model.target} (both harnesses) for (a)-(c), prompts 'question <n>'; "
+        f"{clock_profiles.MODEL} in the workers for (d) and (e)"
+    )
     if args.redis_url:
         print(f"redis: {args.redis_url} (external)")
-        asyncio.run(run(args.redis_url, plan, log_dir, None))
-        return 0
+        return asyncio.run(run(args.redis_url, plan, log_dir, None, args.require_targets))
     with EmbeddedRedis() as server:
         print(f"redis: embedded Redis 8 at {server.url}")
-        asyncio.run(run(server.url, plan, log_dir, server.pid))
-    return 0
+        return asyncio.run(run(server.url, plan, log_dir, server.pid, args.require_targets))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,113 @@
+"""The benchmark's event and cancel latency scenarios (``bench/latency_throughput.py``)
+account for every chunk and every outcome, and any failure makes the run exit non-zero.
+
+The scenarios run here for real (a tiny plan: real Redis, real worker processes); the
+exit code's rules are checked on hand-made results, since a real run cannot be made to
+lose a chunk on demand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import clock_profiles
+from bench.latency_throughput import (
+    QUICK,
+    Bench,
+    CancelLatencyResult,
+    CpuWindow,
+    EventLatencyResult,
+    Plan,
+    Results,
+    Tally,
+    ThroughputResult,
+    exit_code,
+    failures,
+    scenario_cancel_latency,
+    scenario_event_latency,
+    targets,
+)
+
+TINY = Plan(**{**QUICK.__dict__, "mode": "test", "event_tasks": 2, "cancel_samples": 2})
+
+
+@pytest.mark.processes
+async def test_event_and_cancel_scenarios_account_for_every_chunk_and_outcome(
+    redis_url: str, tmp_path: Path
+) -> None:
+    bench = Bench(redis_url, TINY, tmp_path)
+    try:
+        events = await scenario_event_latency(bench)
+        cancel = await scenario_cancel_latency(bench)
+    finally:
+        bench.stop_all()
+
+    chunks = TINY.event_tasks * clock_profiles.EVENT_CHUNKS
+    assert (events.expected, events.produced, events.received) == (chunks, chunks, chunks)
+    assert len(events.latencies) == chunks
+    assert (events.duplicates, events.gaps) == (0, 0)
+    assert events.tally.counts == {"ok": TINY.event_tasks}
+    assert cancel.tally.counts == {"ok": TINY.cancel_samples}
+    assert len(cancel.latencies) == len(cancel.requests) == TINY.cancel_samples
+    assert all(
+        0 < request <= total
+        for request, total in zip(cancel.requests, cancel.latencies, strict=True)
+    )
+
+    results = Results(events=events, cancel=cancel)
+    assert failures(results) == []
+    rows = targets(results, TINY)
+    assert exit_code(failures(results), rows, require_targets=False) == 0
+
+
+def clean_results() -> Results:
+    events = EventLatencyResult("events", 1, 3, latencies=[0.0005] * 3, produced=3, received=3)
+    events.tally.record("ok", "done")
+    cancel = CancelLatencyResult("cancel", latencies=[0.005], requests=[0.001])
+    cancel.tally.record("ok", "cancelled")
+    return Results(events=events, cancel=cancel)
+
+
+def test_a_clean_run_exits_zero_and_unmet_targets_only_count_when_required() -> None:
+    results = clean_results()
+    assert failures(results) == []
+    rows = targets(results, TINY)
+    assert exit_code([], rows, require_targets=False) == 0
+    # Scenarios (a)-(c) were not run here: their targets are not met.
+    assert exit_code([], rows, require_targets=True) == 2
+
+
+def test_a_lost_chunk_fails_the_run() -> None:
+    results = clean_results()
+    assert results.events is not None
+    results.events.received = 2
+    found = failures(results)
+    assert found == ["(d) 1 of 3 chunks never reached the caller"]
+    assert exit_code(found, targets(results, TINY), require_targets=False) == 1
+
+
+def test_a_cancel_that_did_not_end_cancelled_fails_the_run() -> None:
+    results = clean_results()
+    assert results.cancel is not None
+    results.cancel.tally.record("Completed", "ran to its end")
+    found = failures(results)
+    assert len(found) == 1
+    assert found[0].startswith("(e) tasks: 1/2 ok")
+    row = next(row for row in targets(results, TINY) if row.label.startswith("(e)"))
+    assert not row.ok
+    assert "result invalid" in row.verdict
+    assert exit_code(found, [], require_targets=False) == 1
+
+
+def test_a_failed_throughput_task_or_an_aborted_scenario_fails_the_run() -> None:
+    results = clean_results()
+    tally = Tally()
+    tally.record("ok", "fine")
+    tally.record("Failed", "boom")
+    results.throughput = [ThroughputResult("ours: CeleryHarness", "2 proc", 2, CpuWindow(), tally)]
+    results.aborted.append("(b) long session: aborted: RuntimeError: worker exited")
+    found = failures(results)
+    assert len(found) == 2
+    assert exit_code(found, [], require_targets=False) == 1
