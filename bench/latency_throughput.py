@@ -122,6 +122,7 @@ TASK_TIMEOUT = 60.0
 WORKER_READY_TIMEOUT = 120.0
 SPEC = SessionSpec(instructions="You are a benchmark assistant.", model=SCRIPTED.model_id)
 REPLY_PREFIX = "[scripted model]"
+SCENARIOS = frozenset("abcde")
 CLOCK_PROFILES = "bench.clock_profiles:PROFILES"
 CLOCK_SPEC = SessionSpec(
     instructions="You are a benchmark clock.", model=clock_profiles.CLOCK.model_id
@@ -1426,7 +1427,7 @@ class Results:
 @dataclass(frozen=True)
 class Target:
     label: str
-    measured: float | None  # None: not measured (its scenario aborted)
+    measured: float | None  # None: not measured (its scenario aborted or was left out)
     unit: str
     met: bool
     clean: bool  # its scenario had no failure
@@ -1434,7 +1435,7 @@ class Target:
     @property
     def verdict(self) -> str:
         if self.measured is None:
-            return "NOT MEASURED (scenario aborted)"
+            return "NOT MEASURED (scenario aborted, or left out by --only)"
         verdict = "met" if self.met and self.clean else "NOT MET"
         if not self.clean:
             verdict += " (failures in this scenario: result invalid)"
@@ -1593,9 +1594,15 @@ async def attempt(
 
 
 async def run(
-    redis_url: str, plan: Plan, log_dir: Path, redis_pid: int | None, require_targets: bool
+    redis_url: str,
+    plan: Plan,
+    log_dir: Path,
+    redis_pid: int | None,
+    require_targets: bool,
+    only: frozenset[str] = SCENARIOS,
 ) -> int:
-    """Every scenario in turn; the report; the exit code (see ``exit_code``)."""
+    """The scenarios ``only`` names, in turn; the report; the exit code (see
+    ``exit_code``). A scenario left out is reported as not measured."""
     bench = Bench(redis_url, plan, log_dir, redis_pid)
     helper = (
         "tooling.worker_process.WorkerProcess" if bench.use_project_helper else "bench WorkerPool"
@@ -1607,22 +1614,18 @@ async def run(
     )
     started = time.perf_counter()
     results = Results()
+    scenarios: dict[str, tuple[str, Callable[[], Awaitable[Any]]]] = {
+        "a": ("(a) fresh-session latency", lambda: scenario_latency(bench)),
+        "b": ("(b) long session", lambda: scenario_long_session(bench)),
+        "c": ("(c) throughput", lambda: scenario_throughput(bench)),
+        "d": ("(d) event latency", lambda: scenario_event_latency(bench)),
+        "e": ("(e) cancel latency", lambda: scenario_cancel_latency(bench)),
+    }
+    fields = {"a": "latency", "b": "long", "c": "throughput", "d": "events", "e": "cancel"}
     try:
-        results.latency = await attempt(
-            "(a) fresh-session latency", lambda: scenario_latency(bench), results, started
-        )
-        results.long = await attempt(
-            "(b) long session", lambda: scenario_long_session(bench), results, started
-        )
-        results.throughput = await attempt(
-            "(c) throughput", lambda: scenario_throughput(bench), results, started
-        )
-        results.events = await attempt(
-            "(d) event latency", lambda: scenario_event_latency(bench), results, started
-        )
-        results.cancel = await attempt(
-            "(e) cancel latency", lambda: scenario_cancel_latency(bench), results, started
-        )
+        for name, (label, scenario) in scenarios.items():
+            if name in only:
+                setattr(results, fields[name], await attempt(label, scenario, results, started))
     finally:
         await asyncio.to_thread(bench.stop_all)
     if results.latency is not None:
@@ -1670,11 +1673,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--log-dir", type=Path, help="where worker logs go (default: temp dir)")
     parser.add_argument(
+        "--only",
+        default=",".join(sorted(SCENARIOS)),
+        help="the scenarios to run, comma separated letters (default a,b,c,d,e); the "
+        "targets of the others are reported as not measured",
+    )
+    parser.add_argument(
         "--require-targets",
         action="store_true",
         help="exit 2 when a target is not met (without it only failures change the exit code)",
     )
     args = parser.parse_args(argv)
+    only = frozenset(part.strip() for part in args.only.split(",") if part.strip())
+    if not only or not only <= SCENARIOS:
+        parser.error(f"--only takes letters among {','.join(sorted(SCENARIOS))}")
     plan = QUICK if args.quick else FULL
     counts = tuple(int(part) for part in args.worker_counts.split(",") if part.strip())
     plan = Plan(**{**plan.__dict__, "worker_counts": counts})
@@ -1692,10 +1704,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.redis_url:
         print(f"redis: {args.redis_url} (external)")
-        return asyncio.run(run(args.redis_url, plan, log_dir, None, args.require_targets))
+        return asyncio.run(run(args.redis_url, plan, log_dir, None, args.require_targets, only))
     with EmbeddedRedis() as server:
         print(f"redis: embedded Redis 8 at {server.url}")
-        return asyncio.run(run(server.url, plan, log_dir, server.pid, args.require_targets))
+        return asyncio.run(run(server.url, plan, log_dir, server.pid, args.require_targets, only))
 
 
 if __name__ == "__main__":
