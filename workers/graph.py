@@ -9,7 +9,7 @@ lost run got (:meth:`AgentGraph.resume_point`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.messages import BaseMessage, BaseMessageChunk, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -29,6 +29,7 @@ from wire.profiles import AgentProfile
 from .approvals import ApprovalRoute
 from .lease import LEASE_CONFIG_KEY
 from .middleware import (
+    CHUNK_OBSERVER,
     INSTRUCTIONS,
     OFFERED_TOOLS,
     TASK_ID,
@@ -51,7 +52,8 @@ __all__ = [
     "ResumePoint",
 ]
 
-STREAM_MODES = ["messages", "updates", "custom"]
+STREAM_MODES = ["updates", "custom"]
+"""The model's chunks do not come through LangGraph's stream: see ``CHUNK_OBSERVER``."""
 
 
 class ResumeKind(StrEnum):
@@ -142,6 +144,7 @@ class AgentGraph:
         lease: object | None = None,
         resume: Mapping[str, Any] | None = None,
         narrowing: Narrowing = NO_NARROWING,
+        on_chunk: Callable[[BaseMessageChunk], None] | None = None,
     ) -> AsyncIterator[tuple[str, Any]]:
         """Run one turn, or (``text=None``) run on from the thread's checkpoint; yields
         LangGraph's native ``(mode, payload)`` stream items.
@@ -150,12 +153,14 @@ class AgentGraph:
         every checkpointer call of this run: the saver fences its writes with it.
         ``resume`` (``{interrupt id: resume value}``) resumes a turn paused at interrupts
         with the caller's responses. ``narrowing`` (the session's and the task's) limits
-        the tools offered and the token budget of every step."""
+        the tools offered and the token budget of every step. ``on_chunk`` is called with
+        each chunk the model streams, the moment it arrives."""
         configurable: dict[str, Any] = {
             "thread_id": thread_id,
             INSTRUCTIONS: instructions,
             OFFERED_TOOLS: None if narrowing.tools is None else list(narrowing.tools),
             TOKEN_BUDGET: narrowing.token_budget,
+            CHUNK_OBSERVER: on_chunk,
         }
         if lease is not None:
             configurable[LEASE_CONFIG_KEY] = lease

@@ -55,6 +55,10 @@ OFFERED_TOOLS = "ahp_offered_tools"
 """Run config: the names of the profile's tools this run may offer (``None``: all)."""
 TOKEN_BUDGET = "ahp_token_budget"
 """Run config: a narrowed token budget per task (``None``: the profile's)."""
+CHUNK_OBSERVER = "ahp_chunk_observer"
+"""Run config: called with each chunk the model streams, as it arrives (the run's
+``TurnTranslator.model_chunk``). Handing chunks over here instead of through LangGraph's
+``messages`` stream mode spares every token a hop across the event loop's self-pipe."""
 
 ModelHandler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
 ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
@@ -136,6 +140,9 @@ class GuardedModelCall(AgentMiddleware[Any, Any, Any]):
             messages.insert(0, request.system_message)
         final: BaseMessageChunk | None = None
         finished = False
+        observe: Callable[[BaseMessageChunk], None] | None = config.get("configurable", {}).get(
+            CHUNK_OBSERVER
+        )
         stream = model.astream(messages, config)  # creating it runs nothing yet
         # Started: the first advance of the stream enters the chat model. Nothing awaits
         # in between, so a call cancelled before this never reached the provider.
@@ -144,6 +151,8 @@ class GuardedModelCall(AgentMiddleware[Any, Any, Any]):
             async for chunk in stream:
                 final = chunk if final is None else final + chunk
                 finished = getattr(chunk, "chunk_position", None) == "last"
+                if observe is not None:
+                    observe(chunk)
         except asyncio.CancelledError:
             # The model had already delivered its last chunk: completion won the race.
             if not finished:

@@ -23,7 +23,7 @@ from agent_harness_protocol import (
     WarningKind,
     WorkId,
 )
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, BaseMessageChunk
 
 from wire.codec import DIAGNOSTIC, SEMANTIC, diagnostic_to_entry, event_to_entry
 from wire.interactions import InteractionPayload
@@ -139,17 +139,18 @@ class TurnTranslator:
             self._calling_tools.add(message_id)
         return MessageRole.COMMENTARY if message_id in self._calling_tools else MessageRole.UNKNOWN
 
+    def model_chunk(self, chunk: BaseMessageChunk) -> None:
+        """A chunk the model just streamed (see ``workers.middleware.CHUNK_OBSERVER``)."""
+        if isinstance(chunk, AIMessageChunk):
+            message_id = chunk.id or self._task_id.value
+            role = self._delta_role(chunk, message_id)
+            if chunk.text:
+                self._emit(MessageDelta(self._task_id, MessageId(message_id), chunk.text, role))
+        if self._diagnostics:
+            self._diagnose("messages", {"node": MODEL_NODE, "text": getattr(chunk, "text", "")})
+
     def observe(self, mode: str, payload: Any) -> None:
-        if mode == "messages":
-            chunk, metadata = payload
-            node = str(metadata.get("langgraph_node", ""))
-            if isinstance(chunk, AIMessageChunk):
-                message_id = chunk.id or self._task_id.value
-                role = self._delta_role(chunk, message_id)
-                if chunk.text:
-                    self._emit(MessageDelta(self._task_id, MessageId(message_id), chunk.text, role))
-            self._diagnose("messages", {"node": node, "text": getattr(chunk, "text", "")})
-        elif mode == "updates":
+        if mode == "updates":
             self._asks.extend(interrupts_of(payload or {}))
             for node, update in (payload or {}).items():
                 if node == INTERRUPT_KEY:
@@ -282,7 +283,14 @@ async def run_turn(
         if point.kind is ResumeKind.CONTINUE:
             turn_input = None
     async for mode, payload in graph.stream_turn(
-        thread_id, turn_input, instructions, metadata, lease, resume, narrowing
+        thread_id,
+        turn_input,
+        instructions,
+        metadata,
+        lease,
+        resume,
+        narrowing,
+        on_chunk=translator.model_chunk,
     ):
         translator.observe(mode, payload)
     return translator.finish()
