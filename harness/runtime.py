@@ -188,4 +188,7 @@ class CallerRuntime:
         for client in filter(None, (self.redis, self._checkpoint_redis)):
             await client.aclose()
             await client.connection_pool.disconnect()
+        aclose = getattr(self.publisher, "aclose", None)
+        if aclose is not None:
+            await aclose()
         await asyncio.to_thread(self.publisher.close)

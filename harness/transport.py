@@ -1,9 +1,11 @@
 """Publish task runs to the broker, and say honestly whether a publish happened.
 
-The producer is a bare Celery client (no worker code is imported). Celery's publish
-retry is off: a retry after an ambiguous failure could deliver one task twice. A
-failure to connect, or the broker refusing the write (``OOM``), proves the message never
-left; any later failure leaves its fate unknown.
+On a ``redis://`` broker a run message is one ``LPUSH`` of the envelope kombu would write
+(``wire.run_envelope``), sent on the caller's event loop by a client of its own. Other
+brokers get a bare Celery client (no worker code is imported), run in a thread. Nothing
+is retried either way: a retry after an ambiguous failure could deliver one task twice.
+A failure to connect, or the broker refusing the write (``OOM``), proves the message
+never left; any later failure leaves its fate unknown.
 """
 
 from __future__ import annotations
@@ -13,12 +15,17 @@ import logging
 from enum import StrEnum
 from typing import Protocol
 from urllib.parse import urlsplit
+from uuid import uuid4
 
 from celery import Celery
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.exceptions import RedisError
 
 from wire.celery_config import RUN_TASK, START_PRIORITY, celery_config
 from wire.kombu_transport import TRANSPORT_ALIAS
 from wire.messages import RunMessage
+from wire.redis_options import pool_options
+from wire.run_envelope import origin, queue_list, run_envelope
 from wire.settings import Settings
 
 from .redis_errors import Fate, fate
@@ -52,7 +59,9 @@ class Publisher(Protocol):
     """Where a harness publishes run messages; :class:`TaskPublisher` is the real one.
 
     ``publish`` raises :class:`PublishError` whose ``fate`` says whether the message
-    surely did not reach the broker; ``revoke`` is best effort."""
+    surely did not reach the broker; ``revoke`` is best effort. ``close`` runs in a
+    thread; a publisher with connections on the event loop also has ``async aclose()``,
+    which the harness awaits first."""
 
     async def publish(self, task_id: str, session_id: str | None = None) -> None: ...
 
@@ -62,7 +71,10 @@ class Publisher(Protocol):
 
 
 class TaskPublisher:
-    def __init__(self, settings: Settings) -> None:
+    """``through_celery``: publish with ``Celery.send_task`` even on a ``redis://`` broker
+    (other brokers always are)."""
+
+    def __init__(self, settings: Settings, *, through_celery: bool = False) -> None:
         self._settings = settings
         self._app = Celery("ahp_harness", set_as_current=False)
         config = celery_config(settings)
@@ -76,9 +88,39 @@ class TaskPublisher:
             "interval_step": 0.2,
             "interval_max": 0.5,
         }
-        if urlsplit(settings.effective_broker_url).scheme == "redis":
-            config["broker_transport"] = TRANSPORT_ALIAS  # one Redis client, not one per publish
+        direct = urlsplit(settings.effective_broker_url).scheme == "redis" and not through_celery
+        if direct:
+            config["broker_transport"] = TRANSPORT_ALIAS  # one Redis client, not one per revoke
         self._app.conf.update(config)
+        self._direct = direct
+        self._broker: Redis | None = None  # created on the first publish, on its loop
+        self._sender = origin()
+        self._reply_to = str(uuid4())
+
+    def _broker_client(self) -> Redis:
+        if self._broker is None:
+            # No redis-py retry (as the caller's own pool, see harness.redis_errors): the
+            # one attempt's error says whether the message left.
+            pool = BlockingConnectionPool.from_url(
+                self._settings.effective_broker_url,
+                max_connections=self._settings.redis_max_connections,
+                timeout=30,
+                **pool_options(),
+            )
+            self._broker = Redis(connection_pool=pool)
+        return self._broker
+
+    async def _push(self, message: RunMessage) -> None:
+        queue = self._settings.queue
+        envelope = run_envelope(
+            queue,
+            message.task_id,
+            message.kwargs(),
+            START_PRIORITY,
+            sender=self._sender,
+            reply_to=self._reply_to,
+        )
+        await self._broker_client().lpush(queue_list(queue, START_PRIORITY), envelope)
 
     def _publish(self, task_id: str, session_id: str | None) -> None:
         message = RunMessage(self._settings.namespace, task_id, session_id)
@@ -92,6 +134,13 @@ class TaskPublisher:
         )
 
     async def publish(self, task_id: str, session_id: str | None = None) -> None:
+        if self._direct:
+            message = RunMessage(self._settings.namespace, task_id, session_id)
+            try:
+                await self._push(message)
+            except (RedisError, OSError) as error:
+                raise PublishError(classify(error), error) from error
+            return
         try:
             await asyncio.to_thread(self._publish, task_id, session_id)
         except Exception as error:
@@ -103,6 +152,13 @@ class TaskPublisher:
             await asyncio.to_thread(self._app.control.revoke, task_id)
         except Exception:
             log.warning("revoke of %s not broadcast; the durable cancel flag still holds", task_id)
+
+    async def aclose(self) -> None:
+        """Close the broker connections of the event loop (before ``close``)."""
+        broker, self._broker = self._broker, None
+        if broker is not None:
+            await broker.aclose()
+            await broker.connection_pool.disconnect()
 
     def close(self) -> None:
         self._app.close()

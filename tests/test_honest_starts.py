@@ -98,6 +98,9 @@ class _FaultingPublisher:
     async def revoke(self, task_id: str) -> None:
         await self._real.revoke(task_id)
 
+    async def aclose(self) -> None:
+        await self._real.aclose()
+
     def close(self) -> None:
         self._real.close()
 
@@ -210,6 +213,7 @@ async def test_a_claim_of_a_released_sessions_task_settles_it_cancelled_without_
             assert outcome["type"] == "cancelled", outcome
             assert outcome["usage"]["total_tokens"] == 0, outcome
     finally:
+        await publisher.aclose()
         publisher.close()
         await client.aclose()
 

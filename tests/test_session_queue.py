@@ -6,6 +6,7 @@ call's input and counts overlapping calls of a session), and in the task records
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -134,14 +135,18 @@ async def test_releasing_a_session_cancels_its_queued_tasks_and_leaves_no_queue(
         queued = [
             await session.start_task(_request(f"release-q-{n}"), if_busy=ENQUEUE) for n in range(3)
         ]
+        keys = Keys(settings.namespace)
+        # The release must be recorded before the first task may settle: once it settles,
+        # its worker starts the next queued task (a race the release would then lose).
+        releasing = asyncio.create_task(session.release())
+        await wait_for(lambda: not sync_redis.exists(keys.session_queue(session.id.value)))
         boundary.release()
-        await session.release()
+        await releasing
         for task in queued:
             outcome = await task.await_outcome()
             assert isinstance(outcome, Cancelled)
             assert outcome.usage == AgentUsage.ZERO
         await first.await_outcome()
-        keys = Keys(settings.namespace)
         assert not sync_redis.exists(keys.session_queue(session.id.value))
         assert not sync_redis.exists(keys.session(session.id.value))
         assert [text for text in _inputs(boundary) if text.startswith("release-q-")] == [
