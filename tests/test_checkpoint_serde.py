@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.redis.jsonplus_redis import JsonPlusRedisSerializer
@@ -144,3 +145,47 @@ def test_a_clone_of_the_saver_reuses_what_the_saver_encoded() -> None:
         patch.setattr(JsonPlusRedisSerializer, "_default_handler", counting)
         clone.checkpoint_document(config, _checkpoint([*history, *_turn(1)]), metadata)
     assert calls == 4
+
+
+def _stored(serde: MessageCachingSerializer, messages: list[BaseMessage]) -> Any:
+    """The channel values as a checkpoint read back from Redis holds them."""
+    with serde.checkpoint("t"):
+        _, data = serde.dumps_typed(_checkpoint(messages))
+    return orjson.loads(data)["channel_values"]
+
+
+def test_reading_back_what_this_worker_wrote_gives_the_same_messages() -> None:
+    saver = FencedRedisSaver(redis_url="redis://127.0.0.1:1/0")  # never connects here
+    history = [*_turn(0), *_turn(1)]
+    values = saver._recursive_deserialize(_stored(saver.serde, history))
+    assert all(a is b for a, b in zip(values["messages"], history, strict=True))
+
+
+def test_another_workers_messages_are_revived_once_and_equal_upstreams() -> None:
+    writer, reader = MessageCachingSerializer(), MessageCachingSerializer()
+    saver = FencedRedisSaver(redis_url="redis://127.0.0.1:1/0")
+    saver.serde = reader
+    stored = _stored(writer, _turn(0))
+    first = saver._recursive_deserialize(stored)["messages"]
+    upstream = FencedRedisSaver(redis_url="redis://127.0.0.1:1/0")
+    upstream.serde = JsonPlusRedisSerializer()
+    assert first == upstream._recursive_deserialize(stored)["messages"]
+    again = saver._recursive_deserialize(_stored(writer, _turn(0)))["messages"]
+    assert all(a is b for a, b in zip(again, first, strict=True))
+
+
+def test_a_kept_message_changed_since_is_revived_again() -> None:
+    writer, reader = MessageCachingSerializer(), MessageCachingSerializer()
+    stored = _stored(writer, _turn(0))
+    [first, *_] = [reader._revive_if_needed(document) for document in stored["messages"]]
+    first.content = "changed in place"
+    again = reader._revive_if_needed(stored["messages"][0])
+    assert again is not first
+    assert again.content == "question 0"
+
+
+def test_the_revived_messages_are_bounded() -> None:
+    writer, reader = MessageCachingSerializer(), MessageCachingSerializer(messages=3)
+    for document in _stored(writer, [*_turn(0), *_turn(1)])["messages"]:
+        reader._revive_if_needed(document)
+    assert len(reader._revived) == 3
