@@ -72,3 +72,52 @@ async def test_a_checkpoint_written_by_another_run_in_between_is_read_from_redis
     assert loaded is not None
     assert loaded.checkpoint["id"] == theirs["id"]
     assert loaded.checkpoint is not mine
+
+
+async def test_the_first_fence_reads_nothing_until_it_wrote(
+    settings: Settings, monkeypatch: Any
+) -> None:
+    """Fence 1 is a session's first claim: no run wrote its thread before, so the saver
+    answers "empty" without a round trip; once this run wrote (a checkpoint, or pending
+    writes it must find again on resume), it reads as usual."""
+    thread = "cache-first-fence"
+    saver = await _saver(settings)
+    reads = 0
+    upstream = FencedRedisSaver.__mro__[1].aget_tuple  # AsyncRedisSaver's
+
+    async def counting(self: Any, config: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await upstream(self, config)
+
+    monkeypatch.setattr(FencedRedisSaver.__mro__[1], "aget_tuple", counting)
+    first = await _lease(settings, thread, "1:worker-a")
+    assert await saver.aget_tuple(_config(thread, first)) is None
+    assert reads == 0
+    written = await saver.aput(
+        _config(thread, first), empty_checkpoint(), {"source": "loop", "step": 1}, {}
+    )
+    at_written: Any = {
+        "configurable": {
+            **_config(thread, first)["configurable"],
+            "checkpoint_id": written["configurable"]["checkpoint_id"],
+        }
+    }
+    await saver.aput_writes(at_written, [("messages", "pending")], "task-1")
+    found = await saver.aget_tuple(_config(thread, first))  # not cached: it has writes
+    assert reads == 1
+    assert found is not None
+    assert found.pending_writes
+
+
+async def test_a_later_fence_reads_what_the_first_run_wrote(settings: Settings) -> None:
+    thread = "cache-after-first"
+    writer = await _saver(settings)
+    first = await _lease(settings, thread, "1:worker-a")
+    mine = empty_checkpoint()
+    await writer.aput(_config(thread, first), mine, {"source": "loop", "step": 1}, {})
+    reader = await _saver(settings)  # another worker
+    second = await _lease(settings, thread, "2:worker-b")
+    loaded = await reader.aget_tuple(_config(thread, second))
+    assert loaded is not None
+    assert loaded.checkpoint["id"] == mine["id"]

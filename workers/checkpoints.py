@@ -13,7 +13,9 @@ Caching: LangGraph's Redis saver loads and decodes the whole message history at 
 start of every turn. A worker that wrote a session's latest checkpoint under fence ``f``
 and now holds the lease with fence ``f + 1`` knows that nobody wrote in between (every
 writer holds the lease, and fences are issued in order), so it reuses the checkpoint it
-wrote instead of reading it back.
+wrote instead of reading it back. For the same reason a run holding a session's first
+fence (1) reads nothing until it wrote something itself: the thread is empty (a
+fresh-session task skips a round trip).
 """
 
 from __future__ import annotations
@@ -39,6 +41,17 @@ from ulid import ULID
 from .checkpoint_serde import MessageCachingSerializer
 from .errors import StaleLeaseError
 from .lease import LEASE_CONFIG_KEY, CheckpointScripts, SessionLease
+
+FIRST_FENCE = 1
+"""The fence of a session's first claim (``INCR`` of a counter that lives and dies with
+the session record, see ``wire.keys.Keys.fence``)."""
+
+
+_FIRST_WRITES_KEPT = 65_536
+"""Threads remembered as written under fence 1 (a few MB at most). An entry matters only
+if a run under fence 1 reads its thread under its lease after writing to it, which
+LangGraph's loop does not do (it reads once, when the run starts; the worker's own reads
+carry no lease): the bound keeps the memory small, the entries keep it safe anyway."""
 
 
 def lease_of(config: RunnableConfig) -> SessionLease | None:
@@ -72,6 +85,8 @@ class FencedRedisSaver(AsyncRedisSaver):
         self._fenced = CheckpointScripts(self._redis)  # type: ignore[arg-type]
         self._cache: OrderedDict[str, tuple[int, CheckpointTuple]] = OrderedDict()
         self._cache_size = cache_size
+        self._first_writes: OrderedDict[str, None] = OrderedDict()
+        """Threads this process wrote to under fence 1 (the first run of their session)."""
         self._with_writes: dict[str, str] = {}
         """The checkpoint of each thread this process wrote pending writes for (an
         interrupted run writes them before its checkpoint): never cached without them."""
@@ -89,6 +104,13 @@ class FencedRedisSaver(AsyncRedisSaver):
     def forget(self, thread_id: str) -> None:
         self._cache.pop(thread_id, None)
 
+    def _note_first_write(self, thread_id: str, lease: SessionLease) -> None:
+        """Before the write is sent: once it may have landed, fence 1 reads it back."""
+        if lease.fence == FIRST_FENCE:
+            self._first_writes[thread_id] = None
+            while len(self._first_writes) > _FIRST_WRITES_KEPT:
+                self._first_writes.popitem(last=False)
+
     @staticmethod
     def _latest_top_level(config: RunnableConfig) -> str | None:
         configurable = config.get("configurable", {})
@@ -105,6 +127,8 @@ class FencedRedisSaver(AsyncRedisSaver):
         cached = self._cache.get(thread_id)
         if cached is not None and cached[0] in (lease.fence, lease.fence - 1):
             return cached[1]
+        if lease.fence == FIRST_FENCE and thread_id not in self._first_writes:
+            return None  # nobody holding the lease has written yet, and nobody else may
         stored = await super().aget_tuple(config)
         if stored is None:
             self.forget(thread_id)
@@ -190,6 +214,7 @@ class FencedRedisSaver(AsyncRedisSaver):
         lease = _required_lease(config, thread_id)
         key, document, latest, written = self.checkpoint_document(config, checkpoint, metadata)
         self.forget(thread_id)
+        self._note_first_write(thread_id, lease)
         await lease.put_checkpoint(
             self._fenced, key, orjson.dumps(document), latest, self._ttl_seconds()
         )
@@ -265,6 +290,7 @@ class FencedRedisSaver(AsyncRedisSaver):
         )
         # Pending writes are not tracked in the cache: read this thread back next time.
         self.forget(thread_id)
+        self._note_first_write(thread_id, lease)
         self._with_writes[thread_id] = str(config["configurable"].get("checkpoint_id", ""))
         while len(self._with_writes) > self._cache_size:
             self._with_writes.pop(next(iter(self._with_writes)))
