@@ -496,6 +496,41 @@ class RecordStore:
         keys = [self.keys.task(task_id), self.keys.lease(session_id), self.keys.events(task_id)]
         return int(await self._append(keys=keys, args=args))
 
+    def _settle_call(
+        self,
+        session_id: str,
+        task_id: str,
+        state: str,
+        outcome: dict[str, Any],
+        lease: str,
+        run_ended: bool,
+    ) -> tuple[list[str], list[Any]]:
+        keys = [
+            self.keys.task(task_id),
+            self.keys.session(session_id),
+            self.keys.events(task_id),
+            self.keys.lease(session_id),
+            self.keys.running(),
+            self.keys.starting(),
+        ]
+        args: list[Any] = [
+            lease,
+            state,
+            dumps(outcome),
+            "1" if run_ended else "0",
+            task_id,
+            self.retention_seconds,
+        ]
+        return keys, args
+
+    @staticmethod
+    def _settlement(reply: Any) -> Settlement:
+        values = [_text(item) for item in reply]
+        result = SettleResult(values[0])
+        if len(values) < 3:
+            return Settlement(result)
+        return Settlement(result, values[1], values[2] == "1", values[3] if len(values) > 3 else "")
+
     async def settle(
         self,
         session_id: str,
@@ -506,29 +541,48 @@ class RecordStore:
         lease: str = "",
         run_ended: bool = False,
     ) -> Settlement:
-        reply = await self._settle(
-            keys=[
-                self.keys.task(task_id),
-                self.keys.session(session_id),
-                self.keys.events(task_id),
-                self.keys.lease(session_id),
-                self.keys.running(),
-                self.keys.starting(),
-            ],
-            args=[
-                lease,
-                state,
-                dumps(outcome),
-                "1" if run_ended else "0",
-                task_id,
-                self.retention_seconds,
-            ],
-        )
-        values = [_text(item) for item in reply]
-        result = SettleResult(values[0])
-        if len(values) < 3:
-            return Settlement(result)
-        return Settlement(result, values[1], values[2] == "1", values[3] if len(values) > 3 else "")
+        keys, args = self._settle_call(session_id, task_id, state, outcome, lease, run_ended)
+        return self._settlement(await self._settle(keys=keys, args=args))
+
+    async def finish(
+        self,
+        session_id: str,
+        task_id: str,
+        lease: str,
+        events: tuple[int, Sequence[tuple[str, str, str]]] | None,
+        prune: tuple[str, Sequence[str], Sequence[Any]] | None,
+        state: str,
+        outcome: dict[str, Any],
+    ) -> tuple[int | None, Settlement]:
+        """A run's last steps in one round trip: append its last batch of ``events``
+        (``(batch number, entries)``, as :meth:`append`), run ``prune`` (``(script sha,
+        keys, args)``, a lease-checked script), settle under ``lease`` (as :meth:`settle`
+        with ``run_ended``). Each script checks the lease itself, in this order, so this is
+        what the three calls one after the other do. Returns the append's result (``None``
+        without events) and the settlement.
+
+        Raises ``NoScriptError`` (a restarted Redis lost the scripts) or a connection error
+        before or after any of them ran: all three are idempotent, so the caller makes the
+        same calls one by one (which also loads the scripts)."""
+        pipe = self.redis.pipeline(transaction=False)
+        if events is not None:
+            batch, entries = events
+            args: list[Any] = [lease, str(batch)]
+            for kind, tag, payload in entries:
+                args.extend((kind, tag, payload))
+            keys = [self.keys.task(task_id), self.keys.lease(session_id), self.keys.events(task_id)]
+            pipe.evalsha(self._append.sha, len(keys), *keys, *args)
+        if prune is not None:
+            sha, prune_keys, prune_args = prune
+            pipe.evalsha(sha, len(prune_keys), *prune_keys, *prune_args)
+        keys, args = self._settle_call(session_id, task_id, state, outcome, lease, True)
+        pipe.evalsha(self._settle.sha, len(keys), *keys, *args)
+        replies = await pipe.execute(raise_on_error=False)
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                raise reply
+        appended = int(replies[0]) if events is not None else None
+        return appended, self._settlement(replies[-1])
 
     async def cancel(self, session_id: str, task_id: str) -> tuple[CancelResult, str, str]:
         """Record a cancellation request; returns the result, the outcome JSON when it

@@ -80,22 +80,32 @@ class CheckpointPruner:
     def keys(self) -> Keys:
         return self._store.keys
 
+    def chain_call(self, session_id: str, lease: str) -> tuple[str, list[str], list[Any]] | None:
+        """The per-turn pruning script as ``(sha, keys, args)`` for a caller that pipelines
+        it (``RecordStore.finish``); ``None`` when this fence also owes a full sweep (then
+        call :meth:`prune`)."""
+        if _fence_of(lease) % FULL_SWEEP_EVERY == 0:
+            return None
+        keys, args = self._chain_keys_args(session_id, lease)
+        return str(self._chain.sha), keys, args
+
+    def _chain_keys_args(self, session_id: str, lease: str) -> tuple[list[str], list[Any]]:
+        thread = to_storage_safe_id(self.keys.thread_id(session_id))
+        keys = [self.keys.lease(session_id), self.keys.checkpoint_latest(session_id)]
+        args: list[Any] = [
+            lease,
+            self._kept,
+            f"checkpoint:{thread}:{_ROOT_NS}:",
+            f"write_keys_zset:{thread}:{_ROOT_NS}:",
+            _MAX_DELETED_PER_TURN,
+        ]
+        return keys, args
+
     async def prune(self, session_id: str, lease: str) -> int:
         """Prune the session's thread under ``lease``; returns the number of checkpoints
         deleted (0 if there was nothing to prune or the lease is no longer held)."""
-        thread = to_storage_safe_id(self.keys.thread_id(session_id))
-        deleted = int(
-            await self._chain(
-                keys=[self.keys.lease(session_id), self.keys.checkpoint_latest(session_id)],
-                args=[
-                    lease,
-                    self._kept,
-                    f"checkpoint:{thread}:{_ROOT_NS}:",
-                    f"write_keys_zset:{thread}:{_ROOT_NS}:",
-                    _MAX_DELETED_PER_TURN,
-                ],
-            )
-        )
+        keys, args = self._chain_keys_args(session_id, lease)
+        deleted = int(await self._chain(keys=keys, args=args))
         if deleted < 0:
             log.info("session %s not pruned: the lease was taken over", session_id)
             return 0

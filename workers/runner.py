@@ -27,6 +27,7 @@ from agent_harness_protocol import (
     WarningKind,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from wire.backoff import CONNECTION_ERRORS, Outage
@@ -65,7 +66,7 @@ from .errors import (
     RunCancelledError,
     StaleLeaseError,
 )
-from .event_sink import EventSink
+from .event_sink import EventSink, Withheld
 from .graph import AgentGraph, ModelCalls
 from .interrupts import Pause, resume_values
 from .lease import SessionLease
@@ -108,6 +109,11 @@ _STATE_OF = {
     Cancelled: TaskState.CANCELLED,
     Unresolved: TaskState.UNRESOLVED,
 }
+
+
+def _encoded(outcome: TaskOutcome) -> dict[str, object]:
+    cause = outcome.cause if isinstance(outcome, Failed) else None
+    return outcome_to_json(outcome, RemoteCause.of(cause) if cause is not None else None)
 
 
 Publish = Callable[[str, str], Awaitable[None]]
@@ -222,14 +228,13 @@ class TaskRunner:
                     "task %s lost its lease; its outcome is left to the new holder", task_id
                 )
                 return
-            await sink.drain()
+            withheld = await sink.withhold()
             if sink.lease_lost or lease.lost.is_set():
                 log.warning(
                     "task %s lost its lease; its outcome is left to the new holder", task_id
                 )
                 return
-            await self._prune(session_id, lease.value)
-            released = await self._settle(session_id, outcome, lease.value, run_ended=True)
+            released = await self._finish(session_id, outcome, lease.value, sink, withheld)
         except _OutlivedBudget as outlived:
             run_ended = False
             await sink.drain()
@@ -512,15 +517,60 @@ class TaskRunner:
             execution,
         )
 
+    async def _finish(
+        self,
+        session_id: str,
+        outcome: TaskOutcome,
+        lease: str,
+        sink: EventSink,
+        withheld: Withheld | None,
+    ) -> bool:
+        """The run's last events, pruning and settle in one round trip (see
+        ``RecordStore.finish``); one by one if that round trip failed (each step is
+        idempotent) or a full pruning sweep is due. Whether the session has been released."""
+        prune = None if self._pruner is None else self._pruner.chain_call(session_id, lease)
+        if prune is not None or self._pruner is None:
+            task_id = outcome.task_id.value
+            try:
+                appended, settlement = await self._store.finish(
+                    session_id,
+                    task_id,
+                    lease,
+                    None if withheld is None else (withheld.batch, withheld.entries),
+                    prune,
+                    _STATE_OF[type(outcome)].value,
+                    _encoded(outcome),
+                )
+            except RedisError as error:
+                log.info("task %s: finishing in one round trip failed (%s)", task_id, error)
+            else:
+                if appended is not None:
+                    sink.record(appended)
+                return await self._settled(session_id, outcome, settlement, lease, run_ended=True)
+        if withheld is not None:
+            await sink.send(withheld)
+        await self._prune(session_id, lease)
+        return await self._settle(session_id, outcome, lease, run_ended=True)
+
     async def _settle(
         self, session_id: str, outcome: TaskOutcome, lease: str, *, run_ended: bool
     ) -> bool:
         """Settle; whether the session has been released (its thread must go)."""
-        cause = outcome.cause if isinstance(outcome, Failed) else None
-        encoded = outcome_to_json(outcome, RemoteCause.of(cause) if cause is not None else None)
         settlement = await self._settle_retrying(
-            session_id, outcome, encoded, lease=lease, run_ended=run_ended
+            session_id, outcome, _encoded(outcome), lease=lease, run_ended=run_ended
         )
+        return await self._settled(session_id, outcome, settlement, lease, run_ended=run_ended)
+
+    async def _settled(
+        self,
+        session_id: str,
+        outcome: TaskOutcome,
+        settlement: Settlement,
+        lease: str,
+        *,
+        run_ended: bool,
+    ) -> bool:
+        """Act on a settle's result; whether the session has been released."""
         if settlement.result is SettleResult.STALE:
             log.warning("task %s: settle refused, the lease was taken over", outcome.task_id)
         elif settlement.result is SettleResult.TERMINAL and run_ended:
