@@ -37,6 +37,9 @@ Scenarios:
      10 ms for up to 10 s) is cancelled (``request_cancellation()``) once its first chunk
      reached the caller; the time from the call to the terminal outcome, which must be
      ``Cancelled`` (anything else is a failure).
+ (f) floors (``bench/floors.py``): the same graph turn bare in this process, without a
+     checkpointer and on the upstream ``AsyncRedisSaver``, sessions as in (c): the CPU
+     per task any harness of that turn and saver spends before its own work.
 
 Every scenario uses a fresh namespace/queue and its own worker processes. Every outcome
 is counted by type (and Completed outputs are checked for the scripted reply and for the
@@ -113,6 +116,7 @@ from langgraph.checkpoint.redis.aio import AsyncRedisSaver  # noqa: E402
 
 from bench import clock_profiles, noop_app  # noqa: E402
 from bench.clock_model import stamps  # noqa: E402
+from bench.floors import FloorResult, measure_floors  # noqa: E402
 from harness import CeleryHarness, Settings  # noqa: E402
 from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
 from wire.default_profiles import SCRIPTED  # noqa: E402
@@ -122,7 +126,7 @@ TASK_TIMEOUT = 60.0
 WORKER_READY_TIMEOUT = 120.0
 SPEC = SessionSpec(instructions="You are a benchmark assistant.", model=SCRIPTED.model_id)
 REPLY_PREFIX = "[scripted model]"
-SCENARIOS = frozenset("abcde")
+SCENARIOS = frozenset("abcdef")
 CLOCK_PROFILES = "bench.clock_profiles:PROFILES"
 CLOCK_SPEC = SessionSpec(
     instructions="You are a benchmark clock.", model=clock_profiles.CLOCK.model_id
@@ -583,6 +587,7 @@ class Bench:
         self.log_dir = log_dir
         self.pools: list[WorkerPool | ProjectWorkers] = []
         self.use_project_helper = project_worker_helper()
+        self.redis_pid = redis_pid
         self.meter = CpuMeter(
             lambda: RunProcesses(
                 os.getpid(), redis_pid, tuple(pid for pool in self.pools for pid in pool.pids)
@@ -1398,6 +1403,37 @@ def print_event_latency(result: EventLatencyResult) -> None:
     print(f"  {result.cpu.describe()} ({result.cpu.wall:.1f} s)")
 
 
+async def scenario_floors(bench: Bench) -> list[FloorResult]:
+    plan = bench.plan
+    redis_pid = bench.redis_pid
+    return await measure_floors(
+        bench.redis_url,
+        SPEC.instructions or "",
+        plan.sessions,
+        plan.tasks_per_session,
+        lambda pids: sum(_proc_cpu(pid) for pid in pids),
+        redis_pid,
+    )
+
+
+def print_floors(results: list[FloorResult], plan: Plan) -> None:
+    print(
+        f"\n(f) floors: the same graph turn bare in this process (create_agent, scripted "
+        f"model, no middleware),\n    {plan.sessions} concurrent sessions x "
+        f"{plan.tasks_per_session} turns; CPU of this process and the embedded Redis"
+    )
+    print(f"  {'graph':<48} {'tasks/s':>8} {'cpu ms/task':>12}  outcomes")
+    for result in results:
+        print(
+            f"  {result.label:<48} {result.per_second:8.1f} {result.cpu_ms_per_task:12.1f}  "
+            f"{result.ok}/{result.tasks} answered"
+        )
+    print(
+        "  (what any harness running this turn on this saver spends at least per task, before "
+        "its own work;\n   compare scenario (c)'s CPU per task and its raw Celery no-op)"
+    )
+
+
 def print_cancel_latency(result: CancelLatencyResult, plan: Plan) -> None:
     print(
         f"\n(e) cancel latency: a running task (its first chunk received; the model streams a "
@@ -1421,6 +1457,7 @@ class Results:
     throughput: list[ThroughputResult] | None = None
     events: EventLatencyResult | None = None
     cancel: CancelLatencyResult | None = None
+    floors: list[FloorResult] | None = None
     aborted: list[str] = field(default_factory=list)
 
 
@@ -1541,6 +1578,9 @@ def failures(results: Results) -> list[str]:
         found += [f"(d) {problem}" for problem in results.events.failures()]
     if results.cancel is not None:
         found += [f"(e) {problem}" for problem in results.cancel.failures()]
+    for floor in results.floors or ():
+        if not floor.clean:
+            found.append(f"(f) {floor.label}: {floor.ok}/{floor.tasks} answered as expected")
     for label, tally in tallies(results):
         if tally.cleanup_errors:
             found.append(f"{label}: {tally.cleanup_errors} session releases failed")
@@ -1620,8 +1660,16 @@ async def run(
         "c": ("(c) throughput", lambda: scenario_throughput(bench)),
         "d": ("(d) event latency", lambda: scenario_event_latency(bench)),
         "e": ("(e) cancel latency", lambda: scenario_cancel_latency(bench)),
+        "f": ("(f) floors", lambda: scenario_floors(bench)),
     }
-    fields = {"a": "latency", "b": "long", "c": "throughput", "d": "events", "e": "cancel"}
+    fields = {
+        "a": "latency",
+        "b": "long",
+        "c": "throughput",
+        "d": "events",
+        "e": "cancel",
+        "f": "floors",
+    }
     try:
         for name, (label, scenario) in scenarios.items():
             if name in only:
@@ -1638,6 +1686,8 @@ async def run(
         print_event_latency(results.events)
     if results.cancel is not None:
         print_cancel_latency(results.cancel, plan)
+    if results.floors is not None:
+        print_floors(results.floors, plan)
     rows = targets(results, plan)
     found = failures(results)
     print_targets(rows, found, results)
@@ -1675,7 +1725,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default=",".join(sorted(SCENARIOS)),
-        help="the scenarios to run, comma separated letters (default a,b,c,d,e); the "
+        help="the scenarios to run, comma separated letters (default a,b,c,d,e,f); the "
         "targets of the others are reported as not measured",
     )
     parser.add_argument(

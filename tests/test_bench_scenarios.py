@@ -1,5 +1,6 @@
 """The benchmark's event and cancel latency scenarios (``bench/latency_throughput.py``)
-account for every chunk and every outcome, and any failure makes the run exit non-zero.
+account for every chunk and every outcome, the floors (f) check every answer, and any
+failure makes the run exit non-zero.
 
 The scenarios run here for real (a tiny plan: real Redis, real worker processes); the
 exit code's rules are checked on hand-made results, since a real run cannot be made to
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench import clock_profiles
+from bench.floors import FloorResult, measure_floors
 from bench.latency_throughput import (
     QUICK,
     Bench,
@@ -111,3 +113,26 @@ def test_a_failed_throughput_task_or_an_aborted_scenario_fails_the_run() -> None
     found = failures(results)
     assert len(found) == 2
     assert exit_code(found, [], require_targets=False) == 1
+
+
+def test_a_floor_turn_not_answered_fails_the_run() -> None:
+    results = clean_results()
+    results.floors = [
+        FloorResult("graph turn, no checkpointer", 3, 3, 0.1, 0.01),
+        FloorResult("graph turn + AsyncRedisSaver (upstream)", 3, 2, 0.1, 0.05),
+    ]
+    found = failures(results)
+    assert found == ["(f) graph turn + AsyncRedisSaver (upstream): 2/3 answered as expected"]
+    assert exit_code(found, [], require_targets=False) == 1
+
+
+async def test_the_floors_run_the_graph_for_real(redis_url: str) -> None:
+    """Scenario (f) on a tiny plan runs both graphs and checks every answer."""
+    floors = await measure_floors(
+        redis_url, "You are a benchmark assistant.", 2, 2, lambda pids: 0.5 * len(pids), None
+    )
+    assert [floor.label for floor in floors] == [
+        "graph turn, no checkpointer",
+        "graph turn + AsyncRedisSaver (upstream)",
+    ]
+    assert all(floor.clean and floor.ok == 4 for floor in floors)
