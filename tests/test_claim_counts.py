@@ -15,47 +15,22 @@ from uuid import uuid4
 import pytest
 import redis
 from agent_harness_protocol import Completed, SessionSpec, TaskRequest, TextInput
-from redis.asyncio import Redis as AsyncRedis
 
 from harness import CeleryHarness
 from wire.keys import Keys
-from wire.redis_options import pool_options
 from wire.settings import Settings
 from wire.store import ClaimResult, LossPolicy, PauseResult, RecordStore
 
 from .support.boundary import ModelBoundary
 from .support.claims import ClaimCounts
+from .support.records import ZERO_USAGE, loss_policy, scratch_store
 from .support.waiting import wait_for
-
-_USAGE = dict.fromkeys(
-    (
-        "input_tokens",
-        "cached_input_tokens",
-        "output_tokens",
-        "reasoning_tokens",
-        "total_tokens",
-        "cache_write_input_tokens",
-    ),
-    0,
-)
-_OUTCOME = json.dumps({"type": "unresolved", "output": None, "usage": _USAGE})
-
-
-def _policy(*, resume: bool = True, max_deliveries: int = 3) -> LossPolicy:
-    return LossPolicy(resume, max_deliveries, _OUTCOME, _OUTCOME)
 
 
 @pytest.fixture
 async def store(redis_url: str) -> AsyncIterator[RecordStore]:
-    client = AsyncRedis.from_url(redis_url, decode_responses=True, **pool_options())
-    keys = Keys(f"claims-{uuid4().hex[:8]}")
-    try:
-        yield RecordStore(client, keys)
-    finally:
-        names = [key async for key in client.scan_iter(match=f"{keys.namespace}:*")]
-        if names:
-            await client.delete(*names)
-        await client.aclose()
+    async with scratch_store(redis_url, "claims") as store:
+        yield store
 
 
 async def _started(store: RecordStore, persistent: bool = False) -> tuple[str, str]:
@@ -73,7 +48,9 @@ async def test_the_claim_counts_each_result_once_in_the_same_step(store: RecordS
     seen: list[ClaimResult] = []
 
     async def claim(session_id: str, task_id: str, policy: LossPolicy | None = None) -> str:
-        claimed = await store.claim(session_id, task_id, uuid4().hex, 60_000, policy or _policy())
+        claimed = await store.claim(
+            session_id, task_id, uuid4().hex, 60_000, policy or loss_policy()
+        )
         seen.append(claimed.result)
         return claimed.lease
 
@@ -85,10 +62,10 @@ async def test_the_claim_counts_each_result_once_in_the_same_step(store: RecordS
     lease = await claim(session_id, task_id)
     await claim(session_id, task_id)
     # terminal: a copy after the task settled
-    await store.settle(session_id, task_id, "completed", {"usage": _USAGE}, lease=lease)
+    await store.settle(session_id, task_id, "completed", {"usage": ZERO_USAGE}, lease=lease)
     await claim(session_id, task_id)
     # lost (the lost run may not resume) and exhausted (its deliveries are used up)
-    for policy in (_policy(resume=False), _policy(max_deliveries=1)):
+    for policy in (loss_policy(resume=False), loss_policy(max_deliveries=1)):
         session_id, task_id = await _started(store)
         await claim(session_id, task_id)
         await store.redis.delete(store.keys.lease(session_id))  # its worker died

@@ -11,40 +11,20 @@ from uuid import uuid4
 
 import pytest
 import redis
-from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import NoScriptError
 
 from wire import scripts
-from wire.keys import Keys
-from wire.redis_options import pool_options
-from wire.store import ClaimResult, LossPolicy, RecordStore, SettleResult
+from wire.store import ClaimResult, RecordStore, SettleResult
 
-_USAGE = dict.fromkeys(
-    (
-        "input_tokens",
-        "cached_input_tokens",
-        "output_tokens",
-        "reasoning_tokens",
-        "total_tokens",
-        "cache_write_input_tokens",
-    ),
-    0,
-)
-_OUTCOME = json.dumps({"type": "unresolved", "output": None, "usage": _USAGE})
-_POLICY = LossPolicy(True, 3, _OUTCOME, _OUTCOME)
+from .support.records import ZERO_USAGE, loss_policy, scratch_store
+
+_POLICY = loss_policy()
 
 
 @pytest.fixture
 async def store(redis_url: str) -> AsyncIterator[RecordStore]:
-    client = AsyncRedis.from_url(redis_url, decode_responses=True, **pool_options())
-    keys = Keys(f"finish-{uuid4().hex[:8]}")
-    try:
-        yield RecordStore(client, keys)
-    finally:
-        names = [key async for key in client.scan_iter(match=f"{keys.namespace}:*")]
-        if names:
-            await client.delete(*names)
-        await client.aclose()
+    async with scratch_store(redis_url, "finish") as store:
+        yield store
 
 
 async def _claimed(store: RecordStore) -> tuple[str, str, str]:
@@ -59,7 +39,7 @@ async def _claimed(store: RecordStore) -> tuple[str, str, str]:
 
 
 def _completed(task_id: str) -> dict[str, object]:
-    return {"type": "completed", "task_id": task_id, "output": "done", "usage": _USAGE}
+    return {"type": "completed", "task_id": task_id, "output": "done", "usage": ZERO_USAGE}
 
 
 _ENTRIES = (("e", "delta", json.dumps(["m", "done", "answer"])), ("e", "usage", "{}"))

@@ -21,7 +21,6 @@ from agent_harness_protocol import (
     Responded,
     TaskId,
 )
-from redis.asyncio import Redis as AsyncRedis
 
 from wire.codec import event_from_entry, event_to_entry, interaction_entry
 from wire.interactions import (
@@ -32,44 +31,24 @@ from wire.interactions import (
     interaction_id,
     resolution_to_json,
 )
-from wire.keys import Keys
-from wire.redis_options import pool_options
 from wire.store import (
     CancelResult,
     ClaimResult,
-    LossPolicy,
     PauseResult,
     RecordStore,
     RespondResult,
 )
 
-_USAGE = dict.fromkeys(
-    (
-        "input_tokens",
-        "cached_input_tokens",
-        "output_tokens",
-        "reasoning_tokens",
-        "total_tokens",
-        "cache_write_input_tokens",
-    ),
-    0,
-)
-_OUTCOME = json.dumps({"type": "unresolved", "output": None, "usage": _USAGE})
-_POLICY = LossPolicy(True, 3, _OUTCOME, _OUTCOME)
-_MEASURED = json.dumps({**_USAGE, "input_tokens": 7, "output_tokens": 3, "total_tokens": 10})
+from .support.records import ZERO_USAGE, loss_policy, scratch_store
+
+_POLICY = loss_policy()
+_MEASURED = json.dumps({**ZERO_USAGE, "input_tokens": 7, "output_tokens": 3, "total_tokens": 10})
 
 
 @pytest.fixture
 async def store(redis_url: str) -> AsyncIterator[RecordStore]:
-    client = AsyncRedis.from_url(redis_url, decode_responses=True, **pool_options())
-    keys = Keys(f"interact-{uuid4().hex[:8]}")
-    try:
-        yield RecordStore(client, keys)
-    finally:
-        names = [key async for key in client.scan_iter(match=f"{keys.namespace}:*")]
-        if names:
-            await client.delete(*names)
-        await client.aclose()
+    async with scratch_store(redis_url, "interact") as store:
+        yield store
 
 
 def _payload(task_id: str, *, grant: str | None = None) -> InteractionPayload:

@@ -496,6 +496,17 @@ class RecordStore:
         keys = [self.keys.task(task_id), self.keys.lease(session_id), self.keys.events(task_id)]
         return int(await self._append(keys=keys, args=args))
 
+    def _settling_keys(self, session_id: str, task_id: str) -> list[str]:
+        """KEYS of the scripts that may settle a task (``settle.lua``, ``cancel.lua``)."""
+        return [
+            self.keys.task(task_id),
+            self.keys.session(session_id),
+            self.keys.events(task_id),
+            self.keys.lease(session_id),
+            self.keys.running(),
+            self.keys.starting(),
+        ]
+
     def _settle_call(
         self,
         session_id: str,
@@ -505,14 +516,7 @@ class RecordStore:
         lease: str,
         run_ended: bool,
     ) -> tuple[list[str], list[Any]]:
-        keys = [
-            self.keys.task(task_id),
-            self.keys.session(session_id),
-            self.keys.events(task_id),
-            self.keys.lease(session_id),
-            self.keys.running(),
-            self.keys.starting(),
-        ]
+        keys = self._settling_keys(session_id, task_id)
         args: list[Any] = [
             lease,
             state,
@@ -588,14 +592,7 @@ class RecordStore:
         """Record a cancellation request; returns the result, the outcome JSON when it
         settled the task here, and the task promoted from the session's queue ('')."""
         reply = await self._cancel(
-            keys=[
-                self.keys.task(task_id),
-                self.keys.session(session_id),
-                self.keys.events(task_id),
-                self.keys.lease(session_id),
-                self.keys.running(),
-                self.keys.starting(),
-            ],
+            keys=self._settling_keys(session_id, task_id),
             args=[task_id, self.keys.cancel_channel(), self.retention_seconds],
         )
         values = [_text(item) for item in reply]
