@@ -77,7 +77,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -562,7 +562,7 @@ class CpuMeter:
         self._processes = processes
 
     @contextlib.contextmanager
-    def window(self) -> Any:
+    def window(self) -> Iterator[CpuWindow]:
         result = CpuWindow()
         start = (time.perf_counter(), cpu_snapshot(self._processes()), machine_busy())
         try:
@@ -650,7 +650,8 @@ class Bench:
         env = {"BENCH_NOOP_REDIS_URL": self.redis_url, "BENCH_NOOP_QUEUE": queue}
         name = queue.replace(".", "-")
         pool = WorkerPool(name, "bench.noop_app", env, queue, self.redis_url, count, self.log_dir)
-        return await self.start_pool(pool)
+        await self.start_pool(pool)
+        return pool
 
     @contextlib.asynccontextmanager
     async def reference(self) -> Any:
@@ -1178,77 +1179,80 @@ async def cancel_sample(session: AgentSession, result: CancelLatencyResult) -> N
         result.tally.record(type(outcome).__name__, outcome)
 
 
-async def scenario_event_latency(bench: Bench) -> EventLatencyResult:
-    plan = bench.plan
-    settings = bench.new_settings(clock_profiles.CLOCK.name, CLOCK_PROFILES)
-    result = EventLatencyResult(
-        "ours: CeleryHarness, 1 worker process (prefork -c 1)",
-        plan.event_tasks,
-        clock_profiles.EVENT_CHUNKS,
-    )
+R = TypeVar("R", EventLatencyResult, CancelLatencyResult)
+
+
+async def fresh_session_samples(
+    harness: AgentHarness,
+    count: int,
+    sample: Callable[[AgentSession, R], Awaitable[None]],
+    result: R,
+) -> None:
+    """``count`` samples, each in a fresh session released outside what it times."""
+    for _ in range(count):
+        try:
+            session = await harness.create_session(CLOCK_SPEC)
+        except Exception as error:
+            result.tally.error(error)
+            continue
+        try:
+            await sample(session, result)
+        finally:
+            await release(session, result.tally)
+
+
+async def clock_scenario(
+    bench: Bench,
+    profile: str,
+    sample: Callable[[AgentSession, R], Awaitable[None]],
+    warm: R,
+    result: R,
+    count: int,
+) -> R:
+    """One worker process of a clock profile: warm up (a failure aborts the scenario),
+    then ``count`` samples inside a CPU window."""
+    settings = bench.new_settings(profile, CLOCK_PROFILES)
     pool = await bench.ours_workers(settings, 1)
     try:
         async with bench.ours(settings) as harness:
-            warm = EventLatencyResult("warm-up", 2, clock_profiles.EVENT_CHUNKS)
-            for _ in range(warm.tasks):
-                session = await harness.create_session(CLOCK_SPEC)
-                try:
-                    await clock_sample(session, warm)
-                finally:
-                    await release(session, warm.tally)
+            await fresh_session_samples(harness, 2, sample, warm)
             if warm.failures():
-                raise RuntimeError(f"event latency warm-up failed: {'; '.join(warm.failures())}")
+                raise RuntimeError(f"{profile} warm-up failed: {'; '.join(warm.failures())}")
             with bench.meter.window() as cpu:
-                for _ in range(plan.event_tasks):
-                    # A fresh session per task; its release is outside the receipt path.
-                    try:
-                        session = await harness.create_session(CLOCK_SPEC)
-                    except Exception as error:
-                        result.tally.error(error)
-                        continue
-                    try:
-                        await clock_sample(session, result)
-                    finally:
-                        await release(session, result.tally)
+                await fresh_session_samples(harness, count, sample, result)
             result.cpu = cpu
         pool.check_alive()
     finally:
         await bench.stop_pool(pool)
     return result
+
+
+async def scenario_event_latency(bench: Bench) -> EventLatencyResult:
+    plan = bench.plan
+    return await clock_scenario(
+        bench,
+        clock_profiles.CLOCK.name,
+        clock_sample,
+        EventLatencyResult("warm-up", 2, clock_profiles.EVENT_CHUNKS),
+        EventLatencyResult(
+            "ours: CeleryHarness, 1 worker process (prefork -c 1)",
+            plan.event_tasks,
+            clock_profiles.EVENT_CHUNKS,
+        ),
+        plan.event_tasks,
+    )
 
 
 async def scenario_cancel_latency(bench: Bench) -> CancelLatencyResult:
     plan = bench.plan
-    settings = bench.new_settings(clock_profiles.CLOCK_SLOW.name, CLOCK_PROFILES)
-    result = CancelLatencyResult("ours: CeleryHarness, 1 worker process (prefork -c 1)")
-    pool = await bench.ours_workers(settings, 1)
-    try:
-        async with bench.ours(settings) as harness:
-            warm = CancelLatencyResult("warm-up")
-            for _ in range(2):
-                session = await harness.create_session(CLOCK_SPEC)
-                try:
-                    await cancel_sample(session, warm)
-                finally:
-                    await release(session, warm.tally)
-            if warm.failures():
-                raise RuntimeError(f"cancel latency warm-up failed: {'; '.join(warm.failures())}")
-            with bench.meter.window() as cpu:
-                for _ in range(plan.cancel_samples):
-                    try:
-                        session = await harness.create_session(CLOCK_SPEC)
-                    except Exception as error:
-                        result.tally.error(error)
-                        continue
-                    try:
-                        await cancel_sample(session, result)
-                    finally:
-                        await release(session, result.tally)
-            result.cpu = cpu
-        pool.check_alive()
-    finally:
-        await bench.stop_pool(pool)
-    return result
+    return await clock_scenario(
+        bench,
+        clock_profiles.CLOCK_SLOW.name,
+        cancel_sample,
+        CancelLatencyResult("warm-up"),
+        CancelLatencyResult("ours: CeleryHarness, 1 worker process (prefork -c 1)"),
+        plan.cancel_samples,
+    )
 
 
 # -- report -----------------------------------------------------------------------------

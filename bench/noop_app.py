@@ -51,7 +51,7 @@ def create_app(redis_url: str, queue: str) -> Celery:
         pipe.expire(reply_key, REPLY_TTL_SECONDS)
         pipe.execute()
 
-    app.noop = noop  # type: ignore[attr-defined]
+    app.noop = noop
     return app
 
 
