@@ -11,21 +11,12 @@ from uuid import uuid4
 
 from redis.asyncio import Redis as AsyncRedis
 
+from wire.codec import USAGE_FIELDS
 from wire.keys import Keys
 from wire.redis_options import pool_options
 from wire.store import LossPolicy, RecordStore
 
-ZERO_USAGE = dict.fromkeys(
-    (
-        "input_tokens",
-        "cached_input_tokens",
-        "output_tokens",
-        "reasoning_tokens",
-        "total_tokens",
-        "cache_write_input_tokens",
-    ),
-    0,
-)
+ZERO_USAGE = dict.fromkeys(USAGE_FIELDS, 0)
 """An outcome's ``usage``, every count measured zero."""
 
 UNRESOLVED_OUTCOME = json.dumps({"type": "unresolved", "output": None, "usage": ZERO_USAGE})
