@@ -149,10 +149,10 @@ class GuardedModelCall(AgentMiddleware[Any, Any, Any]):
         self._calls.mark_started(key)
         try:
             async for chunk in stream:
+                if observe is not None:
+                    observe(chunk)  # first: its event leaves before the merge below
                 final = chunk if final is None else final + chunk
                 finished = getattr(chunk, "chunk_position", None) == "last"
-                if observe is not None:
-                    observe(chunk)
         except asyncio.CancelledError:
             # The model had already delivered its last chunk: completion won the race.
             if not finished:
