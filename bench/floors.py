@@ -1,4 +1,5 @@
-"""Scenario (f) of ``bench/latency_throughput.py``: the floors under the CPU per task.
+"""Scenario (f) of ``bench/latency_throughput.py``: the floors under the CPU per task and
+under the event latency.
 
 The same graph turn every system of the benchmark runs, measured bare in this process:
 langchain's ``create_agent`` with the benchmark's scripted model and no middleware, its
@@ -8,12 +9,25 @@ of this process and of the embedded Redis per task is what any harness built on 
 graph and that saver spends at least, before its own work (a broker hop, leases, events,
 a caller): the floor scenario (c)'s CPU target is measured against. Every answer is
 checked for the scripted reply.
+
+The event latency's floor is the transport alone: another Python process appends entries
+stamped with ``time.time_ns()`` to a stream (``XADD`` through ``redis.asyncio``, one every
+5 ms, as scenario (d)'s model streams), and this process blocks in ``XREAD`` and
+subtracts the stamp on receipt, as the harness's reader does. What scenario (d) measures
+above it is the model's streaming stack, the worker's event encoding and fenced append
+script, and the caller's decoding.
+
+    python -m bench.floors xadd <redis url> <stream key> <count> <interval seconds>
+
+is the writer (started by :func:`event_transport_floor`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +39,8 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.redis.aio import AsyncRedisSaver
 
 from workers.scripted_model import ScriptedChatModel
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 REPLY_PREFIX = "[scripted model]"
 
@@ -115,3 +131,91 @@ async def measure_floors(
         await client.aclose()
         await pool.disconnect()
     return results
+
+
+@dataclass(frozen=True)
+class TransportFloor:
+    sent: int
+    latencies: tuple[float, ...]  # seconds, one per entry received
+
+    @property
+    def clean(self) -> bool:
+        return len(self.latencies) == self.sent
+
+    def percentile(self, q: float) -> float:
+        if not self.latencies:
+            return float("nan")
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.latencies) if self.latencies else float("nan")
+
+
+@dataclass(frozen=True)
+class Floors:
+    """Scenario (f): the graph turn's floors and the event transport's."""
+
+    graphs: list[FloorResult]
+    transport: TransportFloor
+
+    def failures(self) -> list[str]:
+        found = [
+            f"{floor.label}: {floor.ok}/{floor.tasks} answered as expected"
+            for floor in self.graphs
+            if not floor.clean
+        ]
+        if not self.transport.clean:
+            read = len(self.transport.latencies)
+            found.append(f"event transport: {read}/{self.transport.sent} entries read")
+        return found
+
+
+async def event_transport_floor(
+    redis_url: str, count: int = 400, interval: float = 0.005
+) -> TransportFloor:
+    """Stamped ``XADD`` in a writer process -> ``XREAD BLOCK`` here (see the module)."""
+    key = f"bench-floor:{time.time_ns()}"
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, (ROOT, os.environ.get("PYTHONPATH")))),
+    }
+    writer = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "bench.floors", "xadd", redis_url, key, str(count), str(interval)),
+        cwd=ROOT,
+        env=env,
+    )
+    latencies: list[float] = []
+    last = "0-0"
+    try:
+        deadline = time.monotonic() + 30 + count * interval
+        while len(latencies) < count and time.monotonic() < deadline:
+            reply: Any = await client.xread({key: last}, count=1024, block=1000)
+            now = time.time_ns()
+            for _, entries in reply or []:
+                for entry_id, fields in entries:
+                    last = entry_id
+                    latencies.append((now - int(fields["ns"])) / 1e9)
+    finally:
+        await asyncio.wait_for(writer.wait(), 30)
+        await client.delete(key)
+        await client.aclose()
+    return TransportFloor(count, tuple(latencies))
+
+
+async def _write_stamped(redis_url: str, key: str, count: int, interval: float) -> None:
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await asyncio.sleep(0.5)  # the reader is blocked in XREAD by then
+        for _ in range(count):
+            await asyncio.sleep(interval)
+            await client.xadd(key, {"ns": str(time.time_ns())})
+    finally:
+        await client.aclose()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["xadd"]:
+    url, stream, entries, seconds = sys.argv[2:6]
+    asyncio.run(_write_stamped(url, stream, int(entries), float(seconds)))

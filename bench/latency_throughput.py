@@ -116,7 +116,7 @@ from langgraph.checkpoint.redis.aio import AsyncRedisSaver  # noqa: E402
 
 from bench import clock_profiles, noop_app  # noqa: E402
 from bench.clock_model import stamps  # noqa: E402
-from bench.floors import FloorResult, measure_floors  # noqa: E402
+from bench.floors import Floors, event_transport_floor, measure_floors  # noqa: E402
 from harness import CeleryHarness, Settings  # noqa: E402
 from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
 from wire.default_profiles import SCRIPTED  # noqa: E402
@@ -1407,20 +1407,21 @@ def print_event_latency(result: EventLatencyResult) -> None:
     print(f"  {result.cpu.describe()} ({result.cpu.wall:.1f} s)")
 
 
-async def scenario_floors(bench: Bench) -> list[FloorResult]:
+async def scenario_floors(bench: Bench) -> Floors:
     plan = bench.plan
-    redis_pid = bench.redis_pid
-    return await measure_floors(
+    graphs = await measure_floors(
         bench.redis_url,
         SPEC.instructions or "",
         plan.sessions,
         plan.tasks_per_session,
         lambda pids: sum(_proc_cpu(pid) for pid in pids),
-        redis_pid,
+        bench.redis_pid,
     )
+    return Floors(graphs, await event_transport_floor(bench.redis_url))
 
 
-def print_floors(results: list[FloorResult], plan: Plan) -> None:
+def print_floors(floors: Floors, plan: Plan) -> None:
+    results, transport = floors.graphs, floors.transport
     print(
         f"\n(f) floors: the same graph turn bare in this process (create_agent, scripted "
         f"model, no middleware),\n    {plan.sessions} concurrent sessions x "
@@ -1435,6 +1436,11 @@ def print_floors(results: list[FloorResult], plan: Plan) -> None:
     print(
         "  (what any harness running this turn on this saver spends at least per task, before "
         "its own work;\n   compare scenario (c)'s CPU per task and its raw Celery no-op)"
+    )
+    print(
+        f"  event transport alone (stamped XADD in another Python process -> XREAD BLOCK here, "
+        f"every 5 ms):\n    p50 {ms(transport.p50)} ms, p95 {ms(transport.percentile(0.95))} ms, "
+        f"{len(transport.latencies)}/{transport.sent} entries read; compare scenario (d)"
     )
 
 
@@ -1461,7 +1467,7 @@ class Results:
     throughput: list[ThroughputResult] | None = None
     events: EventLatencyResult | None = None
     cancel: CancelLatencyResult | None = None
-    floors: list[FloorResult] | None = None
+    floors: Floors | None = None
     aborted: list[str] = field(default_factory=list)
 
 
@@ -1582,9 +1588,8 @@ def failures(results: Results) -> list[str]:
         found += [f"(d) {problem}" for problem in results.events.failures()]
     if results.cancel is not None:
         found += [f"(e) {problem}" for problem in results.cancel.failures()]
-    for floor in results.floors or ():
-        if not floor.clean:
-            found.append(f"(f) {floor.label}: {floor.ok}/{floor.tasks} answered as expected")
+    if results.floors is not None:
+        found += [f"(f) {problem}" for problem in results.floors.failures()]
     for label, tally in tallies(results):
         if tally.cleanup_errors:
             found.append(f"{label}: {tally.cleanup_errors} session releases failed")

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from bench import clock_profiles
-from bench.floors import FloorResult, measure_floors
+from bench.floors import (
+    FloorResult,
+    Floors,
+    TransportFloor,
+    event_transport_floor,
+    measure_floors,
+)
 from bench.latency_throughput import (
     QUICK,
     Bench,
@@ -117,12 +123,18 @@ def test_a_failed_throughput_task_or_an_aborted_scenario_fails_the_run() -> None
 
 def test_a_floor_turn_not_answered_fails_the_run() -> None:
     results = clean_results()
-    results.floors = [
-        FloorResult("graph turn, no checkpointer", 3, 3, 0.1, 0.01),
-        FloorResult("graph turn + AsyncRedisSaver (upstream)", 3, 2, 0.1, 0.05),
-    ]
+    results.floors = Floors(
+        [
+            FloorResult("graph turn, no checkpointer", 3, 3, 0.1, 0.01),
+            FloorResult("graph turn + AsyncRedisSaver (upstream)", 3, 2, 0.1, 0.05),
+        ],
+        TransportFloor(3, (0.001, 0.001)),
+    )
     found = failures(results)
-    assert found == ["(f) graph turn + AsyncRedisSaver (upstream): 2/3 answered as expected"]
+    assert found == [
+        "(f) graph turn + AsyncRedisSaver (upstream): 2/3 answered as expected",
+        "(f) event transport: 2/3 entries read",
+    ]
     assert exit_code(found, [], require_targets=False) == 1
 
 
@@ -136,3 +148,9 @@ async def test_the_floors_run_the_graph_for_real(redis_url: str) -> None:
         "graph turn + AsyncRedisSaver (upstream)",
     ]
     assert all(floor.clean and floor.ok == 4 for floor in floors)
+
+
+async def test_the_event_transport_floor_reads_every_entry(redis_url: str) -> None:
+    transport = await event_transport_floor(redis_url, count=20, interval=0.002)
+    assert transport.clean
+    assert all(0 < latency < 1 for latency in transport.latencies)
