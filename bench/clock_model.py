@@ -17,14 +17,15 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
 from langchain_core.messages import AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import UsageMetadata
-from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from langchain_core.outputs import ChatGenerationChunk
+
+from bench.streaming_model import AsyncStreamingChatModel
 
 STAMP = re.compile(r"\[(\d+)@(\d+)\]")
 """One piece of the answer: ``[<index>@<time.time_ns() in the worker>]``."""
@@ -36,7 +37,7 @@ def stamps(text: str) -> list[tuple[int, int]]:
     return [(int(index), int(ns)) for index, ns in STAMP.findall(text)]
 
 
-class ClockChatModel(BaseChatModel):
+class ClockChatModel(AsyncStreamingChatModel):
     """Streams ``chunks`` clock-stamped pieces, ``interval`` seconds apart."""
 
     chunks: int = 20
@@ -45,24 +46,6 @@ class ClockChatModel(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "ahp-bench-clock"
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        raise NotImplementedError("the clock model streams asynchronously only")
-
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        raise NotImplementedError("the clock model streams asynchronously only")
 
     async def _astream(
         self,

@@ -18,15 +18,14 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 from uuid import uuid4
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
 from langchain_core.messages import AIMessageChunk, BaseMessage, HumanMessage
 from langchain_core.messages.ai import UsageMetadata
-from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from langchain_core.outputs import ChatGenerationChunk
 from langchain_core.runnables.config import ensure_config
 from pydantic import PrivateAttr
 from redis.asyncio import Redis
@@ -34,6 +33,7 @@ from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from bench.streaming_model import AsyncStreamingChatModel
 from wire.redis_options import pool_options
 from wire.settings import Settings
 
@@ -69,7 +69,7 @@ def expected_reply(text: str) -> str:
     return f"[soak model] answer to {text!r}"
 
 
-class SoakChatModel(BaseChatModel):
+class SoakChatModel(AsyncStreamingChatModel):
     """Streams ``expected_reply(latest question)`` over ``min_seconds``-``max_seconds``."""
 
     min_seconds: float = 0.2
@@ -91,24 +91,6 @@ class SoakChatModel(BaseChatModel):
             client = Redis.from_url(Settings().redis_url, decode_responses=True, **pool_options())
             self._clients[loop] = client
         return client, self._namespace
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        raise NotImplementedError("the soak model streams asynchronously only")
-
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        raise NotImplementedError("the soak model streams asynchronously only")
 
     async def _astream(
         self,
