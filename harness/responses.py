@@ -6,8 +6,9 @@ once and makes the task due for its resume. A Redis error on the way is classifi
 ``harness.redis_errors``: refused (the script surely did not run: the response can be
 sent again) or unknown (it may have run: never send it again).
 
-:class:`Responder` is the seam; :class:`StoreResponder` is the real one. Tests put a
-controlled responder in front of the real one (``tests/support/response_control.py``).
+:class:`Responder` is the seam; the harness's ``RecordStore`` is the real one (its
+``respond`` has this signature). Tests put a controlled responder in front of it
+(``tests/support/response_control.py``).
 """
 
 from __future__ import annotations
@@ -34,34 +35,8 @@ class Responder(Protocol):
         ...
 
 
-class StoreResponder:
-    def __init__(self, store: RecordStore) -> None:
-        self._store = store
-
-    async def respond(
-        self,
-        session_id: str,
-        task_id: str,
-        interaction_id: str,
-        resolution_json: str,
-        event_json: str,
-        *,
-        grant: bool,
-        cancels: bool,
-    ) -> tuple[RespondResult, str, str, str]:
-        return await self._store.respond(
-            session_id,
-            task_id,
-            interaction_id,
-            resolution_json,
-            event_json,
-            grant=grant,
-            cancels=cancels,
-        )
-
-
 ResponderFactory = Callable[[RecordStore], Responder]
-"""Builds a harness's responder from its record store (default: :class:`StoreResponder`)."""
+"""Builds a harness's responder from its record store (default: the store itself)."""
 
 
-__all__ = ["Responder", "ResponderFactory", "StoreResponder"]
+__all__ = ["Responder", "ResponderFactory"]

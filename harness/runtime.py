@@ -24,7 +24,7 @@ from wire.settings import Settings
 from wire.store import RecordStore
 
 from .errors import RedisModulesMissingError
-from .responses import Responder, ResponderFactory, StoreResponder
+from .responses import Responder, ResponderFactory
 from .transport import Publisher, TaskPublisher
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class CallerRuntime:
             redis=redis,
             store=store,
             publisher=(publisher_factory or TaskPublisher)(settings),
-            responder=(responder_factory or StoreResponder)(store),
+            responder=store if responder_factory is None else responder_factory(store),
         )
 
     async def require_checkpoint_modules(self) -> None:
