@@ -149,7 +149,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         return self._runtime
 
     async def create_session(
-        self, spec: SessionSpec, *, tenant: str | None = None
+        self, spec: SessionSpec, *, tenant: str | None = None, single_task: bool = False
     ) -> CelerySession:
         """Admit ``spec`` and write the session record; no native work starts.
 
@@ -157,6 +157,12 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         ``persistent_ref`` reopens it from any process of the deployment. ``tenant``
         (beyond the AHP port) owns the session and its tasks: ``attach_*`` and the
         ``*_info`` reads answer another tenant as if they did not exist.
+
+        ``single_task`` (beyond the AHP port) makes a session that takes one task and is
+        released by the step that settles it, whoever runs that step (a worker, a
+        cancelling caller, the sweeper after a lost worker): nothing is left behind even
+        if this process dies before the task ends. A second ``start_task`` raises
+        ``SessionBlockedError``. It cannot be persistent (``ValueError``).
 
         Raises:
             IncompatibleRequirementError: the spec cannot be served.
@@ -174,14 +180,18 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         await runtime.require_checkpoint_modules()
         session_id = SessionId(uuid4().hex)
         persistent = spec.requirements.persistence is not None
+        if persistent and single_task:
+            raise ValueError("a single-task session cannot be persistent")
         handle_id = uuid4().hex if persistent else None
         with reported("the session was not created"):
             await self._write_session(
-                runtime, session_id, spec, persistent, handle_id, tenant or ""
+                runtime, session_id, spec, persistent, handle_id, tenant or "", single_task
             )
         if handle_id is not None:
             runtime.track_handle(session_id.value, handle_id)
-        session = CelerySession(runtime, session_id, spec, handle_id=handle_id)
+        session = CelerySession(
+            runtime, session_id, spec, handle_id=handle_id, single_task=single_task
+        )
         runtime.sessions.add(session)
         return session
 
@@ -193,22 +203,23 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         persistent: bool,
         handle_id: str | None,
         tenant: str,
+        single_task: bool = False,
     ) -> None:
-        await runtime.store.create_session(
-            session_id.value,
-            {
-                SessionField.SPEC: dumps(spec_to_json(spec)),
-                SessionField.PROFILE: self._profile.name,
-                SessionField.PROFILE_DIGEST: self._profile.digest,
-                SessionField.PERSISTENT: "1" if persistent else "0",
-                SessionField.ACTIVE: "",
-                SessionField.CLOSED: "0",
-                SessionField.TURNS: "0",
-                SessionField.USAGE: dumps(usage_to_json(AgentUsage.ZERO)),
-                SessionField.METADATA: self._run_metadata,
-                SessionField.TENANT: tenant,
-            },
-        )
+        fields = {
+            SessionField.SPEC: dumps(spec_to_json(spec)),
+            SessionField.PROFILE: self._profile.name,
+            SessionField.PROFILE_DIGEST: self._profile.digest,
+            SessionField.PERSISTENT: "1" if persistent else "0",
+            SessionField.ACTIVE: "",
+            SessionField.CLOSED: "0",
+            SessionField.TURNS: "0",
+            SessionField.USAGE: dumps(usage_to_json(AgentUsage.ZERO)),
+            SessionField.METADATA: self._run_metadata,
+            SessionField.TENANT: tenant,
+        }
+        if single_task:
+            fields[SessionField.SINGLE] = "1"
+        await runtime.store.create_session(session_id.value, fields)
         if handle_id is not None:
             try:
                 await runtime.store.touch_handles(

@@ -55,6 +55,9 @@ class CelerySession(AgentSession):
     """One handle on a session. A persistent session may have many handles (aliases), in
     any process: they share its exclusion and blocking through Redis. Releasing a handle
     of a persistent session keeps the context; releasing a non-persistent one deletes it.
+
+    A single-task session (``create_session(single_task=True)``) takes one task and ends
+    with it: the step that settles the task, wherever it runs, releases the session.
     """
 
     def __init__(
@@ -64,11 +67,13 @@ class CelerySession(AgentSession):
         spec: SessionSpec,
         *,
         handle_id: str | None = None,
+        single_task: bool = False,
     ) -> None:
         self.runtime = runtime
         self._id = session_id
         self._spec = spec
         self._handle_id = handle_id
+        self._single_task = single_task
         self._closed = False
         self._current: CeleryTask | None = None
         self._release_task: asyncio.Task[None] | None = None
@@ -90,6 +95,11 @@ class CelerySession(AgentSession):
     @property
     def persistent(self) -> bool:
         return self._handle_id is not None
+
+    @property
+    def single_task(self) -> bool:
+        """The session takes one task and is released when that task settles."""
+        return self._single_task
 
     @property
     def handle_id(self) -> str | None:
@@ -200,6 +210,10 @@ class CelerySession(AgentSession):
             raise SessionBlockedError(
                 self._id, "a previous graph run has not ended although its task was settled"
             )
+        if result is StartResult.SPENT:
+            raise SessionBlockedError(
+                self._id, f"a single-task session takes one task; it started task {detail}"
+            )
         if result is StartResult.UNCONFIRMED:
             raise SessionBlockedError(
                 self._id, f"the start of task {detail} is unconfirmed; it may still run"
@@ -227,7 +241,14 @@ class CelerySession(AgentSession):
             ) from error
         self._current = task
         task.start_reading(confirm=True)
+        if self._single_task:
+            # Its settle released the session: this handle has nothing left to release.
+            task.when_settled(self._ended)
         return task
+
+    def _ended(self) -> None:
+        self._closed = True
+        self.runtime.sessions.discard(self)
 
     def adopt(self, task: CeleryTask) -> None:
         """Make ``task`` (attached by id) this handle's current task: releasing the
@@ -259,6 +280,9 @@ class CelerySession(AgentSession):
             CheckpointCleanupError: the checkpoint thread could not be deleted in time.
             HarnessTransportError: Redis could not be reached; call again.
         """
+        current = self._current
+        if self._single_task and current is not None and current.settled:
+            return  # the step that settled its task released it
         if self._release_task is None:
             self._closed = True
             self._release_task = asyncio.create_task(self._release())

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -388,6 +388,10 @@ class CeleryTask(AgentTask, TaskDiagnostics):
     @property
     def settled(self) -> bool:
         return self._outcome.done()
+
+    def when_settled(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once this handle has the task's outcome (at once if it has)."""
+        self._outcome.add_done_callback(lambda _: callback())
 
     def follow_reads(self) -> tuple[str, AsyncIterator[StreamRead]]:
         """The id of the last stream entry this handle's reader applied, and every read it

@@ -162,6 +162,7 @@ def test_run_message_carries_ids_only_and_refuses_hostile_ones() -> None:
         '{"id": "r1", "op": "drop_everything", "thread_id": "t"}',
         '{"id": "r1", "op": "delete_thread", "thread_id": "../x"}',
         '{"id": 5, "op": "delete_thread"}',
+        '{"id": "r1", "op": "delete_thread", "thread_id": "t", "reply": "no"}',
         "not json",
     ],
 )
@@ -176,5 +177,12 @@ def test_a_malformed_maintenance_request_or_reply_is_a_value_error(raw: str) -> 
 def test_maintenance_messages_round_trip() -> None:
     request = MaintenanceRequest("r1", MaintenanceOperation.DELETE_THREAD, "thread-1")
     assert MaintenanceRequest.from_json(request.to_json()) == request
+    quiet = MaintenanceRequest("r2", MaintenanceOperation.DELETE_THREAD, "t", reply=False)
+    assert MaintenanceRequest.from_json(quiet.to_json()) == quiet
+    # What the Lua prelude queues for a single-task session (cjson's encoding).
+    lua = '{"op":"delete_thread","thread_id":"s1","id":"t1","reply":false}'
+    assert MaintenanceRequest.from_json(lua) == MaintenanceRequest(
+        "t1", MaintenanceOperation.DELETE_THREAD, "s1", reply=False
+    )
     for reply in (MaintenanceReply(True), MaintenanceReply(False, "boom")):
         assert MaintenanceReply.from_json(reply.to_json()) == reply

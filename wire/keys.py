@@ -67,8 +67,10 @@ class Keys:
         Written by the caller (create, start, reopen) and the settling scripts (usage,
         active task). A non-persistent session's record is deleted when it is released
         (``release_session``: at once if no task of it is unsettled, else right after its
-        task was stopped). A persistent session's record is its retained context: it has no
-        TTL and no deletion path (the AHP port has no "forget a persistent session" call)."""
+        task was stopped). A single-task session's record (and its lease, fence, handle,
+        queue and grant keys) is deleted by the step that settles its task, whoever runs
+        it. A persistent session's record is its retained context: it has no TTL and no
+        deletion path (the AHP port has no "forget a persistent session" call)."""
         return f"{self.namespace}:session:{session_id}"
 
     def lease(self, session_id: str) -> str:
@@ -126,7 +128,8 @@ class Keys:
         return f"{self.session(session_id)}:grants"
 
     def thread_id(self, session_id: str) -> str:
-        """The LangGraph checkpoint ``thread_id`` of a session: the session id itself."""
+        """The LangGraph checkpoint ``thread_id`` of a session: the session id itself (the
+        Lua prelude relies on it when it queues a single-task session's thread deletion)."""
         return session_id
 
     def checkpoint_latest(self, session_id: str) -> str:
@@ -273,7 +276,9 @@ class Keys:
     def maintenance_queue(self) -> str:
         """List: JSON maintenance requests (delete a checkpoint thread) for any worker.
 
-        Pushed by callers; a worker moves each request atomically into its processing list
+        Pushed by callers, and by the settle step of a single-task session's task (the Lua
+        prelude names it ``<namespace>:maintenance`` from the starting set's key
+        ``<namespace>:starting``); a worker moves each request atomically into its processing list
         (:meth:`maintenance_processing`), so the request is never only in memory. Redis
         deletes the list when it is empty. No TTL (requests wait for a worker)."""
         return f"{self.namespace}:maintenance"

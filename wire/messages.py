@@ -53,14 +53,30 @@ class MaintenanceOperation(StrEnum):
     """Delete a checkpoint thread (a released session's stored context)."""
 
 
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("reply is not a boolean")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class MaintenanceRequest:
     id: str
     operation: MaintenanceOperation
     thread_id: str
+    reply: bool = True
+    """Whether a caller waits for the reply (``Keys.maintenance_reply``); the requests the
+    settle step of a single-task session queues have nobody waiting (``"reply": false``)."""
 
     def to_json(self) -> str:
-        return dumps({"id": self.id, "op": self.operation.value, "thread_id": self.thread_id})
+        data: dict[str, Any] = {
+            "id": self.id,
+            "op": self.operation.value,
+            "thread_id": self.thread_id,
+        }
+        if not self.reply:
+            data["reply"] = False
+        return dumps(data)
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> MaintenanceRequest:
@@ -71,6 +87,7 @@ class MaintenanceRequest:
                 require_valid_id("request", str(data["id"])),
                 MaintenanceOperation(data["op"]),
                 require_valid_id("thread", str(data["thread_id"])),
+                _flag(data.get("reply", True)),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"malformed maintenance request: {error}") from None

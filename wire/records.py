@@ -119,6 +119,11 @@ class SessionField(StrEnum):
     TENANT = "tenant"
     """The tenant owning the session ('' for none), written by ``create_session``: only
     its tenant sees the session and its tasks through the HTTP API."""
+    SINGLE = "single"
+    """``"1"`` for a single-task session (``create_session(single_task=True)``): it takes
+    one task, and the step that settles that task forgets the session and queues the
+    deletion of its checkpoint thread (``end_single_task_session`` in the Lua prelude).
+    Absent otherwise."""
     BLOCKED = "blocked"
     """The task id of an unconfirmed start (``block_unconfirmed.lua``): while set, no handle
     starts another task of the session."""

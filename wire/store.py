@@ -34,6 +34,8 @@ class StartResult(StrEnum):
     UNCONFIRMED = "unconfirmed"
     BUSY = "busy"
     OUTLIVED = "outlived"
+    SPENT = "spent"
+    """A single-task session has started its task; detail: that task's id."""
 
 
 class ClaimResult(StrEnum):

@@ -229,8 +229,11 @@ class MaintenanceConsumer:
             try:
                 reply = await self._carry_out(request)
                 async with self._redis.pipeline(transaction=True) as pipe:
-                    pipe.rpush(key, reply.to_json())
-                    pipe.expire(key, REPLY_TTL_SECONDS)
+                    if request.reply:
+                        pipe.rpush(key, reply.to_json())
+                        pipe.expire(key, REPLY_TTL_SECONDS)
+                    elif not reply.ok:
+                        log.error("maintenance request %s failed: %s", request.id, reply.error)
                     pipe.lrem(self._processing, 1, raw)
                     await pipe.execute()
                 return

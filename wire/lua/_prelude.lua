@@ -101,6 +101,26 @@ local function paused_usage(task)
   for _, f in ipairs(FIELDS) do unknown[f] = cjson.null end
   return unknown
 end
+-- A single-task session (Keys.session, field 'single' '1') ends with its task: the step
+-- that settles the task forgets the session as release_session.lua does (record, lease,
+-- fence, handles, queue and grants: a run still going has lost its lease, so its fenced
+-- writes are refused) and queues the deletion of its checkpoint thread for any worker, so
+-- the session leaves nothing behind whoever settles its task and whether or not the caller
+-- that started it is still alive. The namespace's maintenance queue is named from the
+-- starting set's key ('<namespace>:starting' -> '<namespace>:maintenance'), the thread id
+-- is the session id (Keys.thread_id) and the request is a MaintenanceRequest's JSON (no
+-- reply: nobody waits for it).
+local FORGOTTEN = false
+local function end_single_task_session(session, lease, starting, task_id)
+  if redis.call('HGET', session, 'single') ~= '1' then return end
+  local prefix = string.sub(starting, 1, #starting - #'starting')
+  local session_id = string.sub(session, #prefix + #'session:' + 1)
+  redis.call('DEL', session, lease, session .. ':fence', session .. ':handles',
+             session .. ':queue', session .. ':grants')
+  redis.call('RPUSH', prefix .. 'maintenance',
+             cjson.encode({id=task_id, op='delete_thread', thread_id=session_id, reply=false}))
+  FORGOTTEN = true
+end
 -- Record a terminal outcome: clear pending interactions (task ended), commit session usage once, keep the answer text streamed
 -- so far as the partial output of an outcome that carries none, append the terminal
 -- event, free the session when no graph run holds it any more, take the task out of the
@@ -156,5 +176,6 @@ local function settle(task, session, events, lease, running, starting, task_id, 
   redis.call('EXPIRE', events, retention)
   redis.call('EXPIRE', task .. ':interactions', retention)
   redis.call('EXPIRE', task .. ':responses', retention)
+  end_single_task_session(session, lease, starting, task_id)
   return encoded
 end

@@ -7,7 +7,7 @@
 -- Returns {'ok', created ms} | {'queued', created ms} | {'replay', task id}
 --         | {'reused', task id}
 --         | {'unknown'} | {'closed'} | {'unconfirmed', ref} | {'busy', task id}
---         | {'outlived', task id}
+--         | {'outlived', task id} | {'spent', task id} (a single-task session's task)
 -- A replayed key answers before any other check: a retried request gets the task its
 -- first attempt started, whatever the session does now.
 --! include prelude
@@ -21,8 +21,10 @@ if ARGV[6] ~= '' then
   end
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'unknown'} end
-local record = redis.call('HMGET', KEYS[1], 'closed', 'active', 'blocked', 'tenant')
+local record = redis.call('HMGET', KEYS[1], 'closed', 'active', 'blocked', 'tenant', 'single')
 if record[1] == '1' then return {'closed'} end
+-- A single-task session takes one task (it ends when that task settles).
+if record[5] == '1' and record[2] and record[2] ~= '' then return {'spent', record[2]} end
 if record[3] and record[3] ~= '' then return {'unconfirmed', record[3]} end
 local enqueue = ARGV[5] == 'enqueue'
 local active = record[2] or ''
