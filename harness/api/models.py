@@ -93,7 +93,7 @@ class Webhook(_Strict):
     )
 
 
-class StartTask(_Narrowing):
+class TaskBody(_Narrowing):
     input: str = Field(min_length=1, description="The task's text input.")
     output_schema: dict[str, Any] | StrictBool | None = Field(
         default=None,
@@ -102,10 +102,23 @@ class StartTask(_Narrowing):
         "``valid``, ``invalid`` or ``not_validated``. A schema that is not a usable "
         "Draft 2020-12 schema (or references anything outside itself) is refused (422).",
     )
-    if_busy: IfBusyChoice = Field(default=IfBusyChoice.REJECT)
     webhook: Webhook | None = None
 
     _unicode = field_validator("input")(_valid_unicode)
+
+
+class StartTask(TaskBody):
+    if_busy: IfBusyChoice = Field(default=IfBusyChoice.REJECT)
+
+
+class RunTask(TaskBody):
+    """A task in a session of its own, which ends with it (``POST /v1/tasks``)."""
+
+    instructions: str | None = Field(
+        default=None, description="System instructions sent with every model call."
+    )
+
+    _instructions_unicode = field_validator("instructions")(_valid_unicode)
 
 
 class ApprovalAnswer(_Strict):

@@ -55,7 +55,7 @@ def require_id(kind: str, value: str) -> str:
     return value
 
 
-def _check_instructions(api: ApiState, instructions: str | None) -> None:
+def check_instructions(api: ApiState, instructions: str | None) -> None:
     if instructions is None:
         return
     size = len(instructions.encode("utf-8"))
@@ -84,7 +84,7 @@ async def create_session(
     """Admit the session and write its record; nothing runs until a task starts.
 
     A persistent session keeps its context after ``DELETE`` for ``POST .../reopen``."""
-    _check_instructions(api, body.instructions)
+    check_instructions(api, body.instructions)
     persistence = (
         PersistenceRequirement(across_harness_restart=True, across_process_restart=True)
         if body.persistent
@@ -168,7 +168,7 @@ async def reopen_session(
     handle of the context is open). Reopening a session this API holds open is a no-op."""
     require_id("session", session_id)
     instructions = None if body is None else body.instructions
-    _check_instructions(api, instructions)
+    check_instructions(api, instructions)
     info = await api.harness.session_info(session_id, tenant=tenant)
     if not info.persistent:
         raise ProblemError(
@@ -202,4 +202,4 @@ async def reopen_session(
     return await _resource(api, tenant, session_id)
 
 
-__all__ = ["ID_PATTERN", "require_id", "router"]
+__all__ = ["ID_PATTERN", "check_instructions", "require_id", "router"]

@@ -16,6 +16,7 @@ from agent_harness_protocol import (
     InteractionResponse,
     InteractionResponseUnconfirmedError,
     SessionBlockedError,
+    SessionRequirements,
     StructuredOutputRequirement,
     TaskRequest,
     TaskRequirements,
@@ -24,21 +25,24 @@ from agent_harness_protocol import (
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from harness.admission import validate_task
 from harness.errors import (
+    CeleryHarnessError,
     InteractionClosedError,
     UnknownInteractionError,
     UnknownSessionError,
     UnknownTaskError,
 )
+from harness.session import CelerySession
 from harness.task import CeleryTask, StreamRead
 from wire.codec import dumps
-from wire.narrowing import NarrowedTaskRequest
+from wire.narrowing import NarrowedSessionSpec, NarrowedTaskRequest
 from wire.store import BusyPolicy
 
 from .auth import tenant
 from .events import ENTRY_ID, EVENT_SCHEMA, FIRST_EVENT_ID
 from .events import task_events as event_stream
-from .models import ApprovalAnswer, Interaction, StartTask, TaskResource
+from .models import ApprovalAnswer, Interaction, RunTask, StartTask, TaskResource, TaskBody
 from .openapi_docs import problems
 from .problems import (
     Issue,
@@ -49,7 +53,7 @@ from .problems import (
     not_found_session,
     too_large,
 )
-from .sessions import ID_PATTERN, SessionIdPath, require_id
+from .sessions import ID_PATTERN, SessionIdPath, check_instructions, require_id
 from .state import ApiState, api_state
 
 MAX_WAIT_SECONDS = 600.0
@@ -124,13 +128,40 @@ CancelOnDisconnect = Annotated[
 ]
 
 
-def _request(body: StartTask) -> TaskRequest:
+def _request(body: TaskBody) -> TaskRequest:
     requirements = (
         TaskRequirements()
         if body.output_schema is None
         else TaskRequirements(StructuredOutputRequirement(dumps(body.output_schema)))
     )
     return NarrowedTaskRequest(TextInput(body.input), requirements, body.narrowing())
+
+
+def _admit_body(api: ApiState, body: TaskBody) -> None:
+    """Refuse an input over the limit (413) or a webhook the deployment does not allow."""
+    size = len(body.input.encode("utf-8"))
+    if size > api.settings.max_input_bytes:
+        raise too_large(
+            f"an input of {size} bytes exceeds the limit of {api.settings.max_input_bytes}",
+            "body.input",
+        )
+    if body.webhook is not None:
+        issues = api.webhooks.issues(body.webhook.url)
+        if issues:
+            raise invalid(issues)
+
+
+def _on_settled(api: ApiState, tenant: str, task: CeleryTask, body: TaskBody) -> None:
+    """Remember the task's handle; deliver its webhook once it settles."""
+    api.handles.add_task(tenant, task)
+    if body.webhook is not None and not task.replayed:
+        task_id = task.id.value
+
+        async def payload() -> dict[str, Any]:
+            resource = await _resource(api, tenant, task_id)
+            return resource.model_dump(mode="json")
+
+        api.webhooks.deliver_when_settled(task, body.webhook.url, payload)
 
 
 async def _start(
@@ -142,16 +173,7 @@ async def _start(
 ) -> CeleryTask:
     """Admit the request and start (or replay, or queue) its task; registers its webhook."""
     require_id("session", session_id)
-    size = len(body.input.encode("utf-8"))
-    if size > api.settings.max_input_bytes:
-        raise too_large(
-            f"an input of {size} bytes exceeds the limit of {api.settings.max_input_bytes}",
-            "body.input",
-        )
-    if body.webhook is not None:
-        issues = api.webhooks.issues(body.webhook.url)
-        if issues:
-            raise invalid(issues)
+    _admit_body(api, body)
     session = await api.handles.session(tenant, session_id)
     try:
         task = await session.start_task(
@@ -170,16 +192,49 @@ async def _start(
             api.handles.drop_session(tenant, session_id)
             raise not_found_session(session_id) from None
         raise
-    api.handles.add_task(tenant, task)
-    if body.webhook is not None and not task.replayed:
-        task_id = task.id.value
-
-        async def payload() -> dict[str, Any]:
-            resource = await _resource(api, tenant, task_id)
-            return resource.model_dump(mode="json")
-
-        api.webhooks.deliver_when_settled(task, body.webhook.url, payload)
+    _on_settled(api, tenant, task, body)
     return task
+
+
+async def _run(api: ApiState, tenant: str, body: RunTask, request: Request) -> CeleryTask:
+    """Admit the request, then create a single-task session and start its task in it.
+
+    Everything is checked before anything is written. If the start fails, the session is
+    released before the error is answered (an unconfirmed start then never runs unless a
+    worker claimed it already); once started, the step that settles the task releases the
+    session, wherever it runs."""
+    if request.headers.get("idempotency-key") is not None:
+        raise invalid(
+            [
+                Issue(
+                    path="header.Idempotency-Key",
+                    message="a run creates a new session each time and cannot be "
+                    "repeated by key; create a session and start the task in it "
+                    "(POST /v1/sessions/{session_id}/tasks) to use Idempotency-Key",
+                )
+            ]
+        )
+    _admit_body(api, body)
+    check_instructions(api, body.instructions)
+    spec = NarrowedSessionSpec(instructions=body.instructions, requirements=SessionRequirements())
+    task_request = _request(body)
+    api.harness.validate(spec).require_compatible()
+    validate_task(task_request, api.harness.profile).require_compatible()
+    session = await api.harness.create_session(spec, tenant=tenant, single_task=True)
+    try:
+        task = await session.start_task(task_request)
+    except BaseException:
+        await asyncio.shield(_release_quietly(session))
+        raise
+    _on_settled(api, tenant, task, body)
+    return task
+
+
+async def _release_quietly(session: CelerySession) -> None:
+    try:
+        await session.release()
+    except (CeleryHarnessError, HarnessTransportError) as error:
+        log.warning("session %s: releasing after a failed start failed: %s", session.id, error)
 
 
 @router.post(
@@ -247,6 +302,13 @@ async def start_task_streaming(
     event. A dropped stream resumes with ``GET /v1/tasks/{task_id}/events`` and the last
     event id received (``0-0`` for the ``task_created`` event)."""
     task = await _start(api, tenant, session_id, body, idempotency_key)
+    return await _created_and_events(api, tenant, task, cancel_on_disconnect)
+
+
+async def _created_and_events(
+    api: ApiState, tenant: str, task: CeleryTask, cancel_on_disconnect: bool
+) -> EventSourceResponse:
+    """The ``task_created`` event, then the task's events until the terminal one."""
     if task.replayed or task.created_at is None:
         info = await api.harness.task_info(task.id.value, tenant=tenant)
         resource = TaskResource.of(info, replayed=task.replayed)
@@ -266,6 +328,75 @@ async def start_task_streaming(
             "Location": f"/v1/tasks/{task.id.value}",
         },
     )
+
+
+_RUN_DOC = """
+
+The run's session (``session_id`` of the task) takes this one task and ends with it:
+the step that settles the task releases the session and deletes its stored context,
+wherever that step runs, so nothing is left to DELETE (a DELETE before it settles
+cancels the task, as for any session). The task stays readable (``GET
+/v1/tasks/{task_id}``, its events) until its retention ends. ``Idempotency-Key`` is
+refused (422): to repeat a start safely, create a session and start the task in it."""
+
+
+@router.post(
+    "/v1/tasks",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TaskResource,
+    responses=problems(413),
+    summary="Run a task in a session of its own",
+    description="Create a session, start the task in it and, with ``wait``, answer once it "
+    "settled: the create, run and wait flow in one request (LangGraph's stateless ``POST "
+    "/runs/wait``). ``cancel_on_disconnect`` cancels the task if the client goes away "
+    "while waiting. 503 ``start-unconfirmed`` means the task may still run: never repeat "
+    "the request blindly, GET the ``task_id`` it names." + _RUN_DOC,
+)
+async def run_task(
+    body: RunTask,
+    tenant: Tenant,
+    api: State,
+    request: Request,
+    response: Response,
+    wait: Wait = 0,
+    cancel_on_disconnect: CancelOnDisconnect = False,
+) -> TaskResource:
+    """Create a session, start the task in it and, with ``wait``, answer once it settled."""
+    task = await _run(api, tenant, body, request)
+    await _wait(api, task, wait, request if cancel_on_disconnect else None)
+    response.headers["Location"] = f"/v1/tasks/{task.id.value}"
+    return await _resource(api, tenant, task.id.value)
+
+
+@router.post(
+    "/v1/tasks/stream",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "description": "Server-Sent Events: ``task_created`` (id ``0-0``, data: the task "
+            "resource), then the task's events as ``GET /v1/tasks/{task_id}/events`` sends "
+            "them; each ``id`` resumes the stream there with Last-Event-ID.",
+            "content": {"text/event-stream": {"schema": EVENT_SCHEMA}},
+        },
+        **problems(413),
+    },
+    summary="Run a task in a session of its own and stream its events",
+    description="Create a session, start the task in it and answer with its events until "
+    "the terminal one: the create, run and stream flow in one request (LangGraph's "
+    "stateless ``POST /runs/stream``). Refusals are problem responses, sent before any "
+    "event. A dropped stream resumes with ``GET /v1/tasks/{task_id}/events`` and the last "
+    "event id received (``0-0`` for the ``task_created`` event)." + _RUN_DOC,
+)
+async def run_task_streaming(
+    body: RunTask,
+    tenant: Tenant,
+    api: State,
+    request: Request,
+    cancel_on_disconnect: CancelOnDisconnect = False,
+) -> EventSourceResponse:
+    """Create a session, start the task in it and answer with its events."""
+    task = await _run(api, tenant, body, request)
+    return await _created_and_events(api, tenant, task, cancel_on_disconnect)
 
 
 async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
