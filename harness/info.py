@@ -14,7 +14,7 @@ from agent_harness_protocol import AgentUsage, InteractionRequest, TaskOutcome, 
 
 from wire.codec import RemoteCause, loads, outcome_from_json, usage_from_json
 from wire.interactions import InteractionPayload
-from wire.records import SessionField, TaskField
+from wire.records import SessionField, TaskField, TerminalEntryField
 from wire.statistics import TaskStatistics
 
 from .errors import RemoteTaskError
@@ -71,6 +71,28 @@ class TaskMetrics:
 
 def _remote(cause: RemoteCause) -> RemoteTaskError:
     return RemoteTaskError(cause.type_name, cause.module, cause.message)
+
+
+@dataclass(frozen=True, slots=True)
+class SettledView:
+    """What a task's terminal stream entry says of its settled record (one step wrote
+    both, and a settled record no longer changes)."""
+
+    claimed_at: datetime | None
+    settled_at: datetime
+    cancel_requested: bool
+
+
+def settled_view(fields: Mapping[str, str]) -> SettledView | None:
+    """The settled view a terminal entry carries (``None`` if it carries none)."""
+    settled = _time(fields.get(TerminalEntryField.SETTLED_MS))
+    if settled is None:
+        return None
+    return SettledView(
+        claimed_at=_time(fields.get(TerminalEntryField.CLAIMED_MS)),
+        settled_at=settled,
+        cancel_requested=fields.get(TerminalEntryField.CANCEL) == "1",
+    )
 
 
 def _time(value: str | None) -> datetime | None:
@@ -133,9 +155,11 @@ def task_info(
 
 __all__ = [
     "SessionInfo",
+    "SettledView",
     "TaskInfo",
     "TaskMetrics",
     "pending_requests",
     "session_info",
+    "settled_view",
     "task_info",
 ]

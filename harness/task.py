@@ -79,6 +79,7 @@ from wire.store import CancelResult, RespondResult, SettleResult
 
 from .errors import InteractionClosedError, RemoteTaskError, UnknownInteractionError
 from .fanout import BoundedFanout
+from .info import SettledView, settled_view
 from .redis_errors import Fate, fate, reported
 from .runtime import CallerRuntime
 
@@ -151,6 +152,9 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         )
         self._reader: asyncio.Task[None] | None = None
         self._reads: BoundedFanout[StreamRead] | None = None
+        self._settled_view: SettledView | None = None
+        """The settled record's view its terminal entry carried (``None`` before, or when
+        this handle settled the task by itself)."""
         self._last_entry = "0-0"
         """The id of the last stream entry the reader applied."""
         self._partial: list[str] = []
@@ -388,6 +392,11 @@ class CeleryTask(AgentTask, TaskDiagnostics):
     @property
     def settled(self) -> bool:
         return self._outcome.done()
+
+    @property
+    def settled_view(self) -> SettledView | None:
+        """The task record's settled view, from the terminal entry this handle read."""
+        return self._settled_view
 
     def when_settled(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once this handle has the task's outcome (at once if it has)."""
@@ -627,6 +636,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
                 return
             self._resolved.add(key)
         if isinstance(event, TerminalEvent):
+            self._settled_view = settled_view(fields)
             self._finish(event.outcome)
             return
         if isinstance(event, TaskStarted) and self._state is TaskState.STARTING:

@@ -167,7 +167,8 @@ class Keys:
         """Stream: the task's semantic events and provider diagnostics, in order.
 
         Appended under the lease by the run, ended by the terminal entry of the settling
-        script, which gives it the same ``AHP_TASK_RETENTION`` TTL as the record; no entry
+        script (which also carries the record's settled view, ``TerminalEntryField``), which
+        gives it the same ``AHP_TASK_RETENTION`` TTL as the record; no entry
         is appended to a settled task."""
         return f"{self.namespace}:task:{task_id}:events"
 

@@ -130,3 +130,17 @@ class SessionField(StrEnum):
 
 
 __all__ = ["SessionField", "TaskField"]
+
+
+class TerminalEntryField(StrEnum):
+    """Fields of a task stream's terminal entry (``Keys.events``) beyond the event's own
+    (``k``, ``t``, ``d``): the task record's settled view, written by the settle helper of
+    ``_prelude.lua`` in the same step as the record, so a reader of the stream knows the
+    settled record without reading it."""
+
+    SETTLED_MS = "settled_ms"
+    """The record's ``settled_ms``."""
+    CLAIMED_MS = "claimed_ms"
+    """The record's ``claimed_ms`` ('' if no worker ever claimed the task)."""
+    CANCEL = "cancel"
+    """The record's ``cancel`` flag ('1', or '' if cancellation was never requested)."""

@@ -17,7 +17,7 @@ from agent_harness_protocol import (
 )
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
-from harness.info import SessionInfo, TaskInfo
+from harness.info import SessionInfo, SettledView, TaskInfo
 from harness.task import CeleryTask
 from wire.codec import outcome_to_json, usage_to_json
 from wire.narrowing import Narrowing
@@ -334,6 +334,33 @@ class TaskResource(BaseModel):
             claimed_at=None,
             settled_at=None,
             replayed=False,
+        )
+
+    @classmethod
+    def settled(
+        cls,
+        task: CeleryTask,
+        outcome: TaskOutcome,
+        view: SettledView,
+        *,
+        replayed: bool | None = None,
+    ) -> TaskResource | None:
+        """A task this process started and saw settle, from its terminal entry: what its
+        record holds, without reading it (``None`` when the handle does not know when
+        the task was created)."""
+        if task.created_at is None:
+            return None
+        return cls(
+            id=task.id.value,
+            session_id=task.session_id.value,
+            state=task.state,
+            outcome=Outcome.of(outcome),
+            queued=False,
+            cancel_requested=view.cancel_requested,
+            created_at=task.created_at,
+            claimed_at=view.claimed_at,
+            settled_at=view.settled_at,
+            replayed=replayed,
         )
 
 

@@ -42,7 +42,7 @@ from wire.store import BusyPolicy
 from .auth import tenant
 from .events import ENTRY_ID, EVENT_SCHEMA, FIRST_EVENT_ID
 from .events import task_events as event_stream
-from .models import ApprovalAnswer, Interaction, RunTask, StartTask, TaskResource, TaskBody
+from .models import ApprovalAnswer, Interaction, RunTask, StartTask, TaskBody, TaskResource
 from .openapi_docs import problems
 from .problems import (
     Issue,
@@ -82,6 +82,19 @@ Wait = Annotated[
 
 async def _resource(api: ApiState, tenant: str, task_id: str, **extra: Any) -> TaskResource:
     return TaskResource.of(await api.harness.task_info(task_id, tenant=tenant), **extra)
+
+
+async def _answer(
+    api: ApiState, tenant: str, task: CeleryTask, *, replayed: bool | None = None
+) -> TaskResource:
+    """The resource of a task this process started: once it saw the task settle, from its
+    terminal entry (which carries the settled record), else read from the record."""
+    view = task.settled_view
+    if task.settled and view is not None:
+        resource = TaskResource.settled(task, await task.await_outcome(), view, replayed=replayed)
+        if resource is not None:
+            return resource
+    return await _resource(api, tenant, task.id.value, replayed=replayed)
 
 
 async def _disconnected(request: Request) -> None:
@@ -271,7 +284,7 @@ async def start_task(
     response.headers["Location"] = f"/v1/tasks/{task.id.value}"
     if task.replayed:
         response.status_code = status.HTTP_200_OK
-    return await _resource(api, tenant, task.id.value, replayed=task.replayed)
+    return await _answer(api, tenant, task, replayed=task.replayed)
 
 
 @router.post(
@@ -365,7 +378,7 @@ async def run_task(
     task = await _run(api, tenant, body, request)
     await _wait(api, task, wait, request if cancel_on_disconnect else None)
     response.headers["Location"] = f"/v1/tasks/{task.id.value}"
-    return await _resource(api, tenant, task.id.value)
+    return await _answer(api, tenant, task)
 
 
 @router.post(

@@ -156,7 +156,11 @@ local function settle(task, session, events, lease, running, starting, task_id, 
   redis.call('HINCRBY', stats, 'settled:' .. state, 1)
   local created = tonumber(redis.call('HGET', task, 'created_ms') or '')
   if created then observe(stats, 'duration', now - created) end
-  redis.call('XADD', events, '*', 'k', 'e', 't', 'terminal', 'd', encoded)
+  -- The record's settled view rides with the terminal entry, so a reader of the stream
+  -- has the settled record without reading it (TerminalRecord in wire.records).
+  local record = redis.call('HMGET', task, 'claimed_ms', 'cancel')
+  redis.call('XADD', events, '*', 'k', 'e', 't', 'terminal', 'd', encoded, 'settled_ms', now,
+             'claimed_ms', record[1] or '', 'cancel', record[2] or '')
   redis.call('ZREM', running, task_id)
   redis.call('ZREM', starting, task_id)
   if state == 'completed' and redis.call('EXISTS', session) == 1 then
