@@ -34,6 +34,7 @@ from wire.redis_options import pool_options
 
 from . import sessions, tasks
 from .auth import Tenants, unauthorized
+from .fast_lane import install as install_fast_lane
 from .handles import Handles
 from .limits import BodyLimit
 from .metrics import CONTENT_TYPE, CountRequests, RequestMetrics, render
@@ -65,10 +66,14 @@ sees only its own sessions and tasks. Every error is an RFC 9457 problem
 
 
 def create_app(
-    settings: ApiSettings | None = None, harness: CeleryHarness | None = None
+    settings: ApiSettings | None = None,
+    harness: CeleryHarness | None = None,
+    *,
+    fast_lane: bool = True,
 ) -> FastAPI:
     """Build the API. Without ``harness``, one is built from the environment when the app
-    starts and closed when it stops; a given harness stays the caller's to close."""
+    starts and closed when it stops; a given harness stays the caller's to close.
+    ``fast_lane=False`` leaves every request to FastAPI (``harness.api.fast_lane``)."""
     api_settings = settings if settings is not None else ApiSettings()
     tenants = Tenants(api_settings.tenant_tokens())
     if not len(tenants):
@@ -125,6 +130,8 @@ def create_app(
     app.state.tenants = tenants
     app.include_router(sessions.router)
     app.include_router(tasks.router)
+    if fast_lane:
+        app.state.fast_lane = install_fast_lane(app)
     _install_handlers(app)
     _add_operational_routes(app, api_settings, requests)
     app.add_middleware(BodyLimit, max_bytes=api_settings.max_body_bytes)

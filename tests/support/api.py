@@ -57,12 +57,17 @@ def api_harness(
 
 @asynccontextmanager
 async def in_process(
-    harness: CeleryHarness, api: ApiSettings | None = None, *, detach: bool = False
+    harness: CeleryHarness,
+    api: ApiSettings | None = None,
+    *,
+    detach: bool = False,
+    fast_lane: bool = True,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the app in this event loop. After it the harness is closed (its
     sessions released), or with ``detach`` detached as the app detaches a harness of its
-    own when it stops (sessions left open for other replicas)."""
-    app = create_app(api or api_settings(), harness)
+    own when it stops (sessions left open for other replicas). The app is the client's
+    ``app`` attribute (``client.app``)."""
+    app = create_app(api or api_settings(), harness, fast_lane=fast_lane)
     try:
         async with (
             app.router.lifespan_context(app),
@@ -70,6 +75,7 @@ async def in_process(
                 transport=httpx.ASGITransport(app), base_url="http://api", timeout=60
             ) as client,
         ):
+            client.app = app  # type: ignore[attr-defined]
             yield client
     finally:
         await (harness.detach() if detach else harness.aclose())
