@@ -19,7 +19,9 @@ run the same deterministic chat model (profile ``scripted``) on the same workers
                   ``await_outcome``: a session that ends with its task;
 * http-run-stream -- the same in one request, ``POST /v1/tasks/stream`` ("create, run and
                   stream" as LangGraph's stateless ``POST /runs/stream``);
-* http-run-wait -- ``POST /v1/tasks?wait=`` (LangGraph's ``POST /runs/wait``).
+* http-run-wait -- ``POST /v1/tasks?wait=`` (LangGraph's ``POST /runs/wait``);
+* http-round-trip -- ``GET /healthz`` alone (latency only): one request's floor, no
+                  harness work behind it.
 
 Each HTTP flow is compared with the harness flow that does the same work: the two-request
 flows with ``harness``, the one-request runs with ``harness-run``.
@@ -77,8 +79,6 @@ from wire.settings import Settings  # noqa: E402
 TOKEN = "bench-" + uuid4().hex
 TENANT = "bench"
 PROMPT = "what does the bench measure?"
-ROUNDS = 3
-"""Throughput rounds per path, the paths interleaved round by round."""
 LANGGRAPH_SERVER_RUN_S = 1.0
 LANGGRAPH_SERVER_RUNS_PER_S = 34.0
 
@@ -89,11 +89,13 @@ class Plan:
     sessions: int
     turns: int
     warm_up: int
+    rounds: int = 3
+    """Throughput rounds per path, the paths interleaved round by round."""
 
     @classmethod
     def of(cls, quick: bool) -> Plan:
         if quick:
-            return cls(latency_samples=20, sessions=10, turns=5, warm_up=5)
+            return cls(latency_samples=20, sessions=10, turns=5, warm_up=5, rounds=1)
         return cls(latency_samples=100, sessions=30, turns=10, warm_up=20)
 
 
@@ -219,6 +221,27 @@ class HttpPath:
             reply.raise_for_status()
 
 
+class RoundTripPath:
+    """One ``GET /healthz``: what a single HTTP request costs here, with no harness work
+    behind it (the API's floor per request). Latency scenario only."""
+
+    name = "http-round-trip"
+
+    def __init__(self, client: aiohttp.ClientSession) -> None:
+        self.client = client
+
+    async def session(self) -> str:
+        return ONE_REQUEST
+
+    async def task(self, session_id: str, tally: Tally) -> None:
+        async with self.client.get("/healthz") as reply:
+            await reply.read()
+            tally.count("completed" if reply.status == 200 else f"http-{reply.status}")
+
+    async def release(self, session_id: str) -> None:
+        return None
+
+
 BASELINE = {
     "http-stream": "harness",
     "http-wait": "harness",
@@ -245,7 +268,7 @@ def _terminal_outcome(event: bytes) -> dict[str, object] | None:
     return outcome if isinstance(outcome, dict) else {}
 
 
-Path_ = HarnessPath | HttpPath
+Path_ = HarnessPath | HttpPath | RoundTripPath
 
 
 # -- scenarios ----------------------------------------------------------------------------
@@ -517,7 +540,7 @@ async def run(plan: Plan, log_dir: Path, show_rounds: bool = False) -> int:
                     HttpPath(client, stream=False, run=True),
                 ]
                 quiet = Quiet(redis_server.url, Keys(settings.namespace))
-                latency = await scenario_latency(paths, plan, quiet)
+                latency = await scenario_latency([*paths, RoundTripPath(client)], plan, quiet)
                 groups = {
                     "bench": [os.getpid()],
                     "api": [api.pid],
@@ -525,7 +548,7 @@ async def run(plan: Plan, log_dir: Path, show_rounds: bool = False) -> int:
                     "redis": [redis_server.pid or 0],
                 }
                 rounds: dict[str, list[Throughput]] = {path.name: [] for path in paths}
-                for _ in range(ROUNDS):
+                for _ in range(plan.rounds):
                     for path in paths:
                         result, tally = await scenario_throughput(
                             path, plan, groups, redis_server.url, quiet
@@ -557,12 +580,21 @@ def _print(latency: dict[str, list[float]], throughput: dict[str, Throughput], p
     for name, values in latency.items():
         median = statistics.median(values)
         p95 = percentile(values, 0.95)
+        if name == RoundTripPath.name:
+            print(
+                f"  {name:15} median {median * 1000:7.1f} ms  p95 {p95 * 1000:7.1f} ms"
+                "  (GET /healthz: one request's floor)"
+            )
+            continue
         base = statistics.median(latency[BASELINE.get(name, name)])
         print(
             f"  {name:15} median {median * 1000:7.1f} ms  p95 {p95 * 1000:7.1f} ms"
             f"  ratio {median / base:5.2f}"
         )
-    print(f"\n(b) throughput (all chains concurrently, the median of {ROUNDS} interleaved rounds)")
+    print(
+        f"\n(b) throughput (all chains concurrently, the median of {plan.rounds} "
+        "interleaved rounds)"
+    )
     for name, result in throughput.items():
         cpu = "  ".join(f"{group} {ms:4.1f}" for group, ms in result.cpu_ms.items())
         base_rate = throughput[BASELINE.get(name, name)].rate

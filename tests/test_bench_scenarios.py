@@ -154,3 +154,28 @@ async def test_the_event_transport_floor_reads_every_entry(redis_url: str) -> No
     transport = await event_transport_floor(redis_url, count=20, interval=0.002)
     assert transport.clean
     assert all(0 < latency < 1 for latency in transport.latencies)
+
+
+@pytest.mark.processes
+async def test_the_http_benchmark_runs_every_flow_to_completion(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench/http_vs_harness.py`` on a tiny plan: its own Redis, workers and API; every
+    flow's tasks complete (a failed or refused one makes the run exit 1)."""
+    from bench import http_vs_harness
+
+    tiny = http_vs_harness.Plan(latency_samples=2, sessions=2, turns=2, warm_up=1, rounds=1)
+    assert await http_vs_harness.run(tiny, tmp_path) == 0
+    printed = capsys.readouterr().out
+    for flow in (
+        "harness",
+        "http-stream",
+        "http-wait",
+        "harness-run",
+        "http-run-stream",
+        "http-run-wait",
+        "http-round-trip",
+    ):
+        assert f"  {flow} " in printed, flow
+    assert "FAILURES" not in printed
+    assert not http_vs_harness.FAILURES
