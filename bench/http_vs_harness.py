@@ -89,14 +89,14 @@ class Plan:
     sessions: int
     turns: int
     warm_up: int
-    rounds: int = 3
+    rounds: int = 5
     """Throughput rounds per path, the paths interleaved round by round."""
 
     @classmethod
     def of(cls, quick: bool) -> Plan:
         if quick:
             return cls(latency_samples=20, sessions=10, turns=5, warm_up=5, rounds=1)
-        return cls(latency_samples=100, sessions=30, turns=10, warm_up=20)
+        return cls(latency_samples=100, sessions=30, turns=10, warm_up=20, rounds=5)
 
 
 @dataclass
