@@ -34,10 +34,11 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from . import sessions, tasks
 from .auth import Tenants
+from .limits import replaying
 from .models import CreateSession, RunTask, StartTask
 from .state import ApiState
 
@@ -194,7 +195,7 @@ class LaneApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope["route"] = self
         body = await _read_body(receive)
-        replay = _replaying(body, receive)
+        replay = replaying(body, receive)
         try:
             plain = self._plain(scope, replay, body)
             response = Response()
@@ -276,20 +277,6 @@ async def _read_body(receive: Receive) -> bytes:
         if not message.get("more_body", False):
             break
     return b"".join(chunks)
-
-
-def _replaying(body: bytes, receive: Receive) -> Receive:
-    """``receive`` with the body already read given once more first."""
-    replayed = False
-
-    async def replay() -> Message:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 def install(app: FastAPI) -> dict[str, LaneApp]:

@@ -58,20 +58,25 @@ class BodyLimit:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self._app(scope, replay, send)
+        await self._app(scope, replaying(b"".join(chunks), receive), send)
 
     def _too_large(self) -> ProblemError:
         return too_large(f"the request body exceeds the limit of {self._max} bytes")
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` that gives ``body`` (already read) once first, then the server's own
+    messages (a client's disconnect is still seen)."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 async def _drain(receive: Receive, budget: int) -> None:
@@ -106,4 +111,4 @@ async def _refuse(error: ProblemError, scope: Scope, send: Send) -> None:
     await response(scope, ignore, send)
 
 
-__all__ = ["BodyLimit"]
+__all__ = ["BodyLimit", "replaying"]

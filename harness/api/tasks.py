@@ -141,6 +141,15 @@ CancelOnDisconnect = Annotated[
 ]
 
 
+_CREATED_AND_EVENTS: dict[str, Any] = {
+    "description": "Server-Sent Events: ``task_created`` (id ``0-0``, data: the task "
+    "resource), then the task's events as ``GET /v1/tasks/{task_id}/events`` sends "
+    "them; each ``id`` resumes the stream there with Last-Event-ID.",
+    "content": {"text/event-stream": {"schema": EVENT_SCHEMA}},
+}
+"""The answer of the routes that start a task and stream its events."""
+
+
 def _request(body: TaskBody) -> TaskRequest:
     requirements = (
         TaskRequirements()
@@ -291,12 +300,7 @@ async def start_task(
     "/v1/sessions/{session_id}/tasks/stream",
     response_class=EventSourceResponse,
     responses={
-        200: {
-            "description": "Server-Sent Events: ``task_created`` (id ``0-0``, data: the task "
-            "resource), then the task's events as ``GET /v1/tasks/{task_id}/events`` sends "
-            "them; each ``id`` resumes the stream there with Last-Event-ID.",
-            "content": {"text/event-stream": {"schema": EVENT_SCHEMA}},
-        },
+        200: _CREATED_AND_EVENTS,
         **problems(404, 409, 413),
     },
     summary="Start a task in a session and stream its events",
@@ -385,12 +389,7 @@ async def run_task(
     "/v1/tasks/stream",
     response_class=EventSourceResponse,
     responses={
-        200: {
-            "description": "Server-Sent Events: ``task_created`` (id ``0-0``, data: the task "
-            "resource), then the task's events as ``GET /v1/tasks/{task_id}/events`` sends "
-            "them; each ``id`` resumes the stream there with Last-Event-ID.",
-            "content": {"text/event-stream": {"schema": EVENT_SCHEMA}},
-        },
+        200: _CREATED_AND_EVENTS,
         **problems(413),
     },
     summary="Run a task in a session of its own and stream its events",
