@@ -9,6 +9,8 @@ run the same deterministic chat model (profile ``scripted``) on the same workers
 
 * harness      -- ``CeleryHarness`` in this process: ``create_session`` + ``start_task``
                   + ``await_outcome`` (the session is released untimed);
+* harness-stream -- the same, the caller following ``task.events()`` to the terminal
+                  event before the outcome (what a streaming HTTP client receives);
 * http-stream  -- the same flow over HTTP with ``aiohttp``: ``POST /v1/sessions`` +
                   ``POST /v1/sessions/{id}/tasks/stream``, whose answer is the task's
                   Server-Sent Events until the terminal one (LangGraph's Agent Server:
@@ -17,14 +19,17 @@ run the same deterministic chat model (profile ``scripted``) on the same workers
                   answers with the outcome;
 * harness-run  -- ``create_session(single_task=True)`` + ``start_task`` +
                   ``await_outcome``: a session that ends with its task;
+* harness-run-stream -- the same, following ``task.events()`` to the end;
 * http-run-stream -- the same in one request, ``POST /v1/tasks/stream`` ("create, run and
                   stream" as LangGraph's stateless ``POST /runs/stream``);
 * http-run-wait -- ``POST /v1/tasks?wait=`` (LangGraph's ``POST /runs/wait``);
 * http-round-trip -- ``GET /healthz`` alone (latency only): one request's floor, no
                   harness work behind it.
 
-Each HTTP flow is compared with the harness flow that does the same work: the two-request
-flows with ``harness``, the one-request runs with ``harness-run``.
+Each HTTP flow is compared with the harness flow that does the same work in the caller's
+process: the streaming flows with the caller following every event, the waiting flows with
+the caller awaiting the outcome; the two-request flows in plain sessions, the one-request
+runs in single-task sessions.
 
 Scenarios:
  (a) latency: fresh-session tasks one at a time, samples of the paths interleaved
@@ -67,7 +72,13 @@ import aiohttp  # noqa: E402
 import httpx  # noqa: E402
 import redis  # noqa: E402
 import redis.asyncio as aioredis  # noqa: E402
-from agent_harness_protocol import Completed, SessionSpec, TaskRequest, TextInput  # noqa: E402
+from agent_harness_protocol import (  # noqa: E402
+    Completed,
+    SessionSpec,
+    TaskRequest,
+    TerminalEvent,
+    TextInput,
+)
 
 from bench.latency_throughput import _children, _proc_cpu, machine_busy, tree_cpu  # noqa: E402
 from harness import CeleryHarness, CelerySession  # noqa: E402
@@ -132,12 +143,18 @@ ONE_REQUEST = ""
 
 class HarnessPath:
     """The harness in this process. ``single_task``: every task in a session of its own
-    that ends with it (what the API's one-request runs do)."""
+    that ends with it (what the API's one-request runs do). ``stream``: the caller follows
+    every event of the task (``task.events()`` to the terminal one) before its outcome,
+    as an HTTP client of a streaming route receives them all; else it only awaits the
+    outcome, as a waiting route does."""
 
-    def __init__(self, harness: CeleryHarness, *, single_task: bool = False) -> None:
+    def __init__(
+        self, harness: CeleryHarness, *, single_task: bool = False, stream: bool = False
+    ) -> None:
         self.harness = harness
         self.single_task = single_task
-        self.name = "harness-run" if single_task else "harness"
+        self.stream = stream
+        self.name = ("harness-run" if single_task else "harness") + ("-stream" if stream else "")
         self._sessions: dict[str, CelerySession] = {}
 
     async def session(self) -> str:
@@ -155,6 +172,13 @@ class HarnessPath:
         else:
             session = self._sessions[session_id]
         task = await session.start_task(TaskRequest(TextInput(PROMPT)))
+        if self.stream:
+            terminal = None
+            async for event in task.events():
+                terminal = event
+            if not isinstance(terminal, TerminalEvent):
+                tally.count("stream-without-terminal")
+                return
         outcome = await task.await_outcome()
         ok = isinstance(outcome, Completed) and outcome.output is not None
         tally.count("completed" if ok else type(outcome).__name__.lower())
@@ -243,12 +267,13 @@ class RoundTripPath:
 
 
 BASELINE = {
-    "http-stream": "harness",
+    "http-stream": "harness-stream",
     "http-wait": "harness",
-    "http-run-stream": "harness-run",
+    "http-run-stream": "harness-run-stream",
     "http-run-wait": "harness-run",
 }
-"""Each HTTP flow's harness flow: the one doing the same work in the caller's process."""
+"""Each HTTP flow's harness flow: the same work in the caller's process (the same
+sessions, and every event delivered to the caller for the streaming flows)."""
 
 
 TERMINAL_EVENTS = {"task_completed", "task_failed", "task_cancelled", "task_unresolved"}
@@ -533,9 +558,11 @@ async def run(plan: Plan, log_dir: Path, show_rounds: bool = False) -> int:
             ):
                 paths: list[Path_] = [
                     HarnessPath(harness),
+                    HarnessPath(harness, stream=True),
                     HttpPath(client, stream=True),
                     HttpPath(client, stream=False),
                     HarnessPath(harness, single_task=True),
+                    HarnessPath(harness, single_task=True, stream=True),
                     HttpPath(client, stream=True, run=True),
                     HttpPath(client, stream=False, run=True),
                 ]

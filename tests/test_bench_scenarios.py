@@ -169,9 +169,11 @@ async def test_the_http_benchmark_runs_every_flow_to_completion(
     printed = capsys.readouterr().out
     for flow in (
         "harness",
+        "harness-stream",
         "http-stream",
         "http-wait",
         "harness-run",
+        "harness-run-stream",
         "http-run-stream",
         "http-run-wait",
         "http-round-trip",
