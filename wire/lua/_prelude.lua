@@ -110,7 +110,6 @@ end
 -- starting set's key ('<namespace>:starting' -> '<namespace>:maintenance'), the thread id
 -- is the session id (Keys.thread_id) and the request is a MaintenanceRequest's JSON (no
 -- reply: nobody waits for it).
-local FORGOTTEN = false
 local function end_single_task_session(session, lease, starting, task_id)
   if redis.call('HGET', session, 'single') ~= '1' then return end
   local prefix = string.sub(starting, 1, #starting - #'starting')
@@ -119,7 +118,6 @@ local function end_single_task_session(session, lease, starting, task_id)
              session .. ':queue', session .. ':grants')
   redis.call('RPUSH', prefix .. 'maintenance',
              cjson.encode({id=task_id, op='delete_thread', thread_id=session_id, reply=false}))
-  FORGOTTEN = true
 end
 -- Record a terminal outcome: clear pending interactions (task ended), commit session usage once, keep the answer text streamed
 -- so far as the partial output of an outcome that carries none, append the terminal
