@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import redis
 
+from harness.transport import PublishError, TaskPublisher, classify
 from wire.keys import Keys
 from wire.settings import Settings
 
@@ -207,6 +208,51 @@ async def test_an_unconfirmed_run_names_its_task_and_leaves_no_session(
         assert fate.json()["state"] in {"cancelled", "completed"}, fate.text
         await wait_for(lambda: not _named(sync_redis, session_id))
     assert len([c for c in boundary.calls() if c["task"] == task_id]) <= 1
+
+
+class _ClaimedThenLost:
+    """A publisher whose message reaches the broker and is claimed by a worker (its
+    model call is under way) before the acknowledgement is lost: the start is
+    unconfirmed although the task runs."""
+
+    def __init__(self, settings: Settings, boundary: ModelBoundary) -> None:
+        self._real = TaskPublisher(settings)
+        self._boundary = boundary
+
+    async def publish(self, task_id: str, session_id: str | None = None) -> None:
+        await self._real.publish(task_id, session_id)
+        await wait_for(lambda: self._boundary.calls_for(task_id))
+        error = ConnectionResetError("connection reset before the acknowledgement arrived")
+        raise PublishError(classify(error), error)
+
+    async def revoke(self, task_id: str) -> None:
+        await self._real.revoke(task_id)
+
+    def close(self) -> None:
+        self._real.close()
+
+
+async def test_an_unconfirmed_run_already_running_is_stopped_not_cut_off(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    """The release of the run's session after its unconfirmed start stops the running
+    task within the cleanup budget (Cancelled, seen by the model as a cancellation),
+    instead of taking its lease mid-run (which left it Unresolved, observation lost)."""
+    boundary.hold()
+    harness = api_harness(
+        settings, boundary, publisher_factory=lambda s: _ClaimedThenLost(s, boundary)
+    )
+    async with in_process(harness) as client:
+        unconfirmed = await client.post("/v1/tasks", json={"input": "running"}, headers=auth())
+        assert unconfirmed.status_code == 503
+        body = problem_of(unconfirmed)
+        assert body["type"].endswith("/start-unconfirmed")
+        task_id, session_id = body["task_id"], body["session_id"]
+        fate = await client.get(f"/v1/tasks/{task_id}", params={"wait": 30}, headers=auth())
+        assert fate.json()["state"] == "cancelled", fate.text
+        assert boundary.was_cancelled(task_id)
+        boundary.release()
+        await wait_for(lambda: not _named(sync_redis, session_id))
 
 
 async def test_a_run_served_by_uvicorn_streams_to_its_end(

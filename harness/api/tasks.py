@@ -20,6 +20,7 @@ from agent_harness_protocol import (
     StructuredOutputRequirement,
     TaskRequest,
     TaskRequirements,
+    TaskStartUnconfirmedError,
     TextInput,
 )
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
@@ -173,8 +174,8 @@ def _admit_body(api: ApiState, body: TaskBody) -> None:
             raise invalid(issues)
 
 
-def _on_settled(api: ApiState, tenant: str, task: CeleryTask, body: TaskBody) -> None:
-    """Remember the task's handle; deliver its webhook once it settles."""
+def _track(api: ApiState, tenant: str, task: CeleryTask, body: TaskBody) -> None:
+    """Keep the task's handle for later requests; deliver its webhook once it settles."""
     api.handles.add_task(tenant, task)
     if body.webhook is not None and not task.replayed:
         task_id = task.id.value
@@ -214,7 +215,7 @@ async def _start(
             api.handles.drop_session(tenant, session_id)
             raise not_found_session(session_id) from None
         raise
-    _on_settled(api, tenant, task, body)
+    _track(api, tenant, task, body)
     return task
 
 
@@ -245,15 +246,32 @@ async def _run(api: ApiState, tenant: str, body: RunTask, request: Request) -> C
     session = await api.harness.create_session(spec, tenant=tenant, single_task=True)
     try:
         task = await session.start_task(task_request)
+    except TaskStartUnconfirmedError as error:
+        # It may run (a worker may hold it already): stop it within the cleanup budget
+        # as a release stops a session's task, so it ends Cancelled (or as it ended),
+        # never cut off mid-run by the release.
+        unconfirmed = error.reference.request_id
+        await asyncio.shield(_release_quietly(session, api, tenant, unconfirmed))
+        raise
     except BaseException:
         await asyncio.shield(_release_quietly(session))
         raise
-    _on_settled(api, tenant, task, body)
+    _track(api, tenant, task, body)
     return task
 
 
-async def _release_quietly(session: CelerySession) -> None:
+async def _release_quietly(
+    session: CelerySession,
+    api: ApiState | None = None,
+    tenant: str = "",
+    unconfirmed: str = "",
+) -> None:
+    """Release a run's session after its start failed; with ``unconfirmed`` (the task
+    whose start is unknown), the session's handle first adopts that task, so the release
+    stops it within the cleanup budget."""
     try:
+        if api is not None and unconfirmed:
+            session.adopt(await api.harness.attach_task(unconfirmed, tenant=tenant))
         await session.release()
     except (CeleryHarnessError, HarnessTransportError) as error:
         log.warning("session %s: releasing after a failed start failed: %s", session.id, error)
