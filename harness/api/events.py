@@ -49,6 +49,7 @@ from wire.interactions import resolution_to_json
 from wire.keys import Keys
 
 from .models import Outcome, PendingInteraction, Usage
+from .sse import FinalChunk
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +196,9 @@ def sse_event(entry_id: str, name: str, data: str) -> bytes:
 def _encode_read(
     task_id: str, entries: Iterable[tuple[str, dict[str, str]]]
 ) -> tuple[bytes, str | None, bool]:
-    """One SSE chunk for the entries of one read, up to a terminal one: the chunk, the id
-    of its last entry (``None`` for no entry) and whether it ended with the terminal."""
+    """One SSE chunk for the entries of one read, up to a terminal one: the chunk (a
+    ``FinalChunk`` if it ends with the terminal event), the id of its last entry
+    (``None`` for no entry) and whether it ended with the terminal."""
     chunk: list[bytes] = []
     last: str | None = None
     for entry_id, fields in entries:
@@ -204,7 +206,7 @@ def _encode_read(
         name, data, terminal = encode_entry(task_id, fields)
         chunk.append(sse_event(entry_id, name, dumps(data)))
         if terminal:
-            return b"".join(chunk), last, True
+            return FinalChunk(b"".join(chunk)), last, True
     return b"".join(chunk), last, False
 
 

@@ -24,7 +24,7 @@ from agent_harness_protocol import (
     TextInput,
 )
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
 from harness.admission import validate_task
 from harness.errors import (
@@ -55,6 +55,7 @@ from .problems import (
     too_large,
 )
 from .sessions import ID_PATTERN, SessionIdPath, check_instructions, require_id
+from .sse import EventStream
 from .state import ApiState, api_state
 
 MAX_WAIT_SECONDS = 600.0
@@ -316,7 +317,7 @@ async def start_task(
 
 @router.post(
     "/v1/sessions/{session_id}/tasks/stream",
-    response_class=EventSourceResponse,
+    response_class=EventStream,
     responses={
         200: _CREATED_AND_EVENTS,
         **problems(404, 409, 413),
@@ -330,7 +331,7 @@ async def start_task_streaming(
     api: State,
     idempotency_key: IdempotencyKey = None,
     cancel_on_disconnect: CancelOnDisconnect = False,
-) -> EventSourceResponse:
+) -> EventStream:
     """Start a task as ``POST /v1/sessions/{session_id}/tasks`` does and answer with its
     events in the same response, ending after the terminal one: one round trip for the
     create, run and stream flow. Refusals are the same problem responses, sent before any
@@ -342,7 +343,7 @@ async def start_task_streaming(
 
 async def _created_and_events(
     api: ApiState, tenant: str, task: CeleryTask, cancel_on_disconnect: bool
-) -> EventSourceResponse:
+) -> EventStream:
     """The ``task_created`` event, then the task's events until the terminal one."""
     if task.replayed or task.created_at is None:
         info = await api.harness.task_info(task.id.value, tenant=tenant)
@@ -355,13 +356,9 @@ async def _created_and_events(
     ).encode()
     # This process's handle already reads the task's stream: relay its reads.
     events = _events(api, tenant, task.id.value, FIRST_EVENT_ID, task.follow_reads())
-    return EventSourceResponse(
+    return EventStream(
         _cancelling(_prepend(created, events), task if cancel_on_disconnect else None),
-        headers={
-            "Cache-Control": "no-store",
-            "X-Accel-Buffering": "no",
-            "Location": f"/v1/tasks/{task.id.value}",
-        },
+        headers={"Location": f"/v1/tasks/{task.id.value}"},
     )
 
 
@@ -405,7 +402,7 @@ async def run_task(
 
 @router.post(
     "/v1/tasks/stream",
-    response_class=EventSourceResponse,
+    response_class=EventStream,
     responses={
         200: _CREATED_AND_EVENTS,
         **problems(413),
@@ -423,7 +420,7 @@ async def run_task_streaming(
     api: State,
     request: Request,
     cancel_on_disconnect: CancelOnDisconnect = False,
-) -> EventSourceResponse:
+) -> EventStream:
     """Create a session, start the task in it and answer with its events."""
     task = await _run(api, tenant, body, request)
     return await _created_and_events(api, tenant, task, cancel_on_disconnect)
@@ -492,7 +489,7 @@ async def get_task(task_id: TaskIdPath, tenant: Tenant, api: State, wait: Wait =
 
 @router.get(
     "/v1/tasks/{task_id}/events",
-    response_class=EventSourceResponse,
+    response_class=EventStream,
     responses={
         200: {
             "description": "Server-Sent Events; each ``id`` resumes the stream after it.",
@@ -513,7 +510,7 @@ async def task_events(
             description="Resume after this event id (sent by EventSource on reconnect).",
         ),
     ] = None,
-) -> EventSourceResponse:
+) -> EventStream:
     """Every event of the task from its first (or after ``Last-Event-ID``), ending after the
     terminal one, whose data holds the outcome. Resuming never skips or repeats an event
     while the task is retained."""
@@ -526,10 +523,7 @@ async def task_events(
             )
         after = last_event_id
     await api.harness.task_info(task_id, tenant=tenant)
-    return EventSourceResponse(
-        _events(api, tenant, task_id, after),
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return EventStream(_events(api, tenant, task_id, after))
 
 
 @router.post(
