@@ -9,7 +9,8 @@ body message) and, for the connection, the HTTP client's own connection events.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -66,8 +67,8 @@ class Exchange:
         await self._gone.wait()
         return {"type": "http.disconnect"}
 
-    async def send(self, message: dict[str, Any]) -> None:
-        self.sent.append(message)
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        self.sent.append(dict(message))
 
     @property
     def bodies(self) -> list[dict[str, Any]]:
@@ -130,7 +131,19 @@ async def test_a_client_that_stops_at_the_terminal_event_keeps_its_connection(
     assert len(opened) == 1, f"{len(opened)} connections for 5 streams"
 
 
-async def _waiting(started: asyncio.Event, closed: list[str], release: asyncio.Event) -> Any:
+@dataclass
+class Running:
+    """A stream under way: its first event sent, the second held until ``release``."""
+
+    exchange: Exchange
+    call: asyncio.Future[None]
+    release: asyncio.Event
+    closed: list[str]
+
+
+async def _running(ping: timedelta | None = None) -> Running:
+    started, release, closed = asyncio.Event(), asyncio.Event(), []
+
     async def chunks() -> AsyncIterator[bytes]:
         try:
             started.set()
@@ -140,55 +153,45 @@ async def _waiting(started: asyncio.Event, closed: list[str], release: asyncio.E
         finally:
             closed.append("closed")
 
-    return chunks()
+    exchange = Exchange("GET", "/events")
+    response = EventStream(chunks()) if ping is None else EventStream(chunks(), ping=ping)
+    call = asyncio.ensure_future(response(exchange.scope, exchange.receive, exchange.send))
+    await asyncio.wait_for(started.wait(), 5)
+    return Running(exchange, call, release, closed)
 
 
 async def test_a_disconnect_stops_the_stream_and_closes_its_events() -> None:
-    started, release, closed = asyncio.Event(), asyncio.Event(), []
-    exchange = Exchange("GET", "/events")
-    response = EventStream(await _waiting(started, closed, release))
-    call = asyncio.ensure_future(response(exchange.scope, exchange.receive, exchange.send))
-    await asyncio.wait_for(started.wait(), 5)
+    stream = await _running()
     await asyncio.sleep(0.05)
-    exchange.disconnect()
-    await asyncio.wait_for(call, 5)  # returns, without raising the stop's cancellation
-    assert closed == ["closed"]
-    assert [m["more_body"] for m in exchange.bodies] == [True]  # the client is gone
+    stream.exchange.disconnect()
+    await asyncio.wait_for(stream.call, 5)  # returns, without raising the stop's cancellation
+    assert stream.closed == ["closed"]
+    assert [m["more_body"] for m in stream.exchange.bodies] == [True]  # the client is gone
 
 
 async def test_an_idle_stream_is_pinged_then_ends_with_its_last_chunk() -> None:
-    started, release, closed = asyncio.Event(), asyncio.Event(), []
-    exchange = Exchange("GET", "/events")
-    response = EventStream(
-        await _waiting(started, closed, release), ping=timedelta(milliseconds=50)
-    )
-    call = asyncio.ensure_future(response(exchange.scope, exchange.receive, exchange.send))
-    await asyncio.wait_for(started.wait(), 5)
-    while sum(m["body"] == PING for m in exchange.bodies) < 2:  # noqa: ASYNC110
+    stream = await _running(ping=timedelta(milliseconds=50))
+    while sum(m["body"] == PING for m in stream.exchange.bodies) < 2:  # noqa: ASYNC110
         await asyncio.sleep(0.01)
-    release.set()
-    await asyncio.wait_for(call, 5)
-    assert exchange.bodies[-1]["more_body"] is False
-    assert b"task_completed" in exchange.bodies[-1]["body"]
-    assert closed == ["closed"]
+    stream.release.set()
+    await asyncio.wait_for(stream.call, 5)
+    bodies = stream.exchange.bodies
+    assert bodies[-1]["more_body"] is False
+    assert b"task_completed" in bodies[-1]["body"]
+    assert stream.closed == ["closed"]
     # No ping after the end.
     await asyncio.sleep(0.2)
-    assert exchange.bodies[-1]["more_body"] is False
+    assert stream.exchange.bodies == bodies
 
 
 async def test_a_server_told_to_exit_ends_its_streams(monkeypatch: pytest.MonkeyPatch) -> None:
-    started, release, closed = asyncio.Event(), asyncio.Event(), []
-    exchange = Exchange("GET", "/events")
-    response = EventStream(
-        await _waiting(started, closed, release), ping=timedelta(milliseconds=50)
-    )
-    call = asyncio.ensure_future(response(exchange.scope, exchange.receive, exchange.send))
-    await asyncio.wait_for(started.wait(), 5)
+    stream = await _running(ping=timedelta(milliseconds=50))
     monkeypatch.setattr(AppStatus, "should_exit", True)
-    await asyncio.wait_for(call, 5)
+    await asyncio.wait_for(stream.call, 5)
     # Ended properly (the client resumes with Last-Event-ID), its events closed.
-    assert exchange.bodies[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
-    assert closed == ["closed"]
+    end = {"type": "http.response.body", "body": b"", "more_body": False}
+    assert stream.exchange.bodies[-1] == end
+    assert stream.closed == ["closed"]
 
 
 async def test_a_head_request_sends_no_events() -> None:
@@ -207,12 +210,8 @@ async def test_a_head_request_sends_no_events() -> None:
 
 
 async def test_a_cancellation_from_elsewhere_is_not_absorbed() -> None:
-    started, release, closed = asyncio.Event(), asyncio.Event(), []
-    exchange = Exchange("GET", "/events")
-    response = EventStream(await _waiting(started, closed, release))
-    call = asyncio.ensure_future(response(exchange.scope, exchange.receive, exchange.send))
-    await asyncio.wait_for(started.wait(), 5)
-    call.cancel()  # the server cancels the request's task
+    stream = await _running()
+    stream.call.cancel()  # the server cancels the request's task
     with pytest.raises(asyncio.CancelledError):
-        await call
-    assert closed == ["closed"]
+        await stream.call
+    assert stream.closed == ["closed"]
