@@ -5,7 +5,7 @@ group (the stream, pings, disconnect and shutdown watchers) and a cancel scope a
 every send, and it ends the response with a separate empty write after the last event.
 A client that stops reading at the terminal event (as most do: the stream ends there)
 then leaves that write unread, and its HTTP library closes the connection instead of
-reusing it. On the benchmark machine that made about one stream in three open a new
+reusing it. On the benchmark machine that made about half of the streams open a new
 connection, and the response's machinery cost more than its events
 (``bench/http_vs_harness.py``).
 
