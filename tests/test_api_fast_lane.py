@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import pytest
 
+from harness.api import tasks
 from harness.api.fast_lane import LaneApp
 from wire.settings import Settings
 
@@ -247,3 +249,44 @@ async def test_a_stream_the_lane_serves_is_resumable_like_any(
         ) as again:
             resumed = await read_events(again)
     assert [json.dumps(e.data) for e in resumed] == [json.dumps(e.data) for e in streamed[3:]]
+
+
+async def test_errors_the_endpoints_raise_are_answered_as_the_app_answers_them(
+    settings: Settings,
+    boundary: ModelBoundary,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with _two_apps(settings, boundary) as (lane, plain):
+        before = _served(lane)
+        unknown = "0" * 32
+        answers = [
+            await _send(
+                client,
+                "POST",
+                f"/v1/sessions/{unknown}/tasks",
+                json={"input": "nowhere"},
+                headers=auth(),
+            )
+            for client in (lane, plain)
+        ]
+        assert answers[0] == answers[1]
+        assert answers[0].status == 404
+        assert _served(lane)["start_task"] == before["start_task"] + 1
+
+        async def broken(*_: object, **__: object) -> None:
+            raise RuntimeError("secret detail")
+
+        # The lane calls the endpoint through the module: only the lane meets this one.
+        monkeypatch.setattr(tasks, "run_task", broken)
+        with pytest.raises(RuntimeError, match="secret detail"):  # the server logs it
+            await lane.post("/v1/tasks", json={"input": "boom"}, headers=auth())
+        assert _served(lane)["run_task"] == before["run_task"] + 1
+        assert "unexpected RuntimeError on POST /v1/tasks" in caplog.text
+        transport = httpx.ASGITransport(lane.app, raise_app_exceptions=False)  # type: ignore[attr-defined]
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as quiet:
+            reply = await quiet.post("/v1/tasks", json={"input": "boom"}, headers=auth())
+        assert reply.status_code == 500
+        assert reply.headers["content-type"] == "application/problem+json"
+        assert "secret" not in reply.text
+        assert reply.json()["status"] == 500

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -26,6 +26,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from redis.asyncio import BlockingConnectionPool, Redis
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp
 
 from harness.errors import CeleryHarnessError
 from harness.harness import CeleryHarness
@@ -34,7 +35,7 @@ from wire.redis_options import pool_options
 
 from . import sessions, tasks
 from .auth import Tenants, unauthorized
-from .fast_lane import install as install_fast_lane
+from .fast_lane import FrontDoor, lanes
 from .handles import Handles
 from .limits import BodyLimit
 from .metrics import CONTENT_TYPE, CountRequests, RequestMetrics, render
@@ -46,7 +47,7 @@ from .problems import (
     ProblemError,
     ProblemType,
     invalid,
-    problem_for,
+    problem_response,
     status_problem,
 )
 from .settings import ApiSettings
@@ -63,6 +64,17 @@ Authenticate with `Authorization: Bearer <token>`; each token names a tenant, an
 sees only its own sessions and tasks. Every error is an RFC 9457 problem
 (`application/problem+json`).
 """
+
+
+class _Api(FastAPI):
+    """FastAPI with an optional outermost layer in front of its whole middleware stack
+    (the fast lane's ``FrontDoor``)."""
+
+    front: Callable[[ASGIApp], ASGIApp] | None = None
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        return stack if self.front is None else self.front(stack)
 
 
 def create_app(
@@ -116,7 +128,7 @@ def create_app(
                 # Sessions stay open for other replicas (or this one, restarted).
                 await used.detach()
 
-    app = FastAPI(
+    app = _Api(
         title="agent-harness-protocol-celery",
         version="1",
         description=_DESCRIPTION,
@@ -130,12 +142,14 @@ def create_app(
     app.state.tenants = tenants
     app.include_router(sessions.router)
     app.include_router(tasks.router)
-    if fast_lane:
-        app.state.fast_lane = install_fast_lane(app)
     _install_handlers(app)
     _add_operational_routes(app, api_settings, requests)
     app.add_middleware(BodyLimit, max_bytes=api_settings.max_body_bytes)
     app.add_middleware(CountRequests, metrics=requests)
+    if fast_lane:
+        hot = lanes()
+        app.state.fast_lane = hot
+        app.front = lambda inner: FrontDoor(inner, app, hot, requests, api_settings.max_body_bytes)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 
@@ -195,13 +209,8 @@ def _same(presented: str, expected: str) -> bool:
 
 def _install_handlers(app: FastAPI) -> None:
     async def problem(request: Request, error: Exception) -> Response:
-        mapped = problem_for(error)
-        if mapped is None:
-            log.error(
-                "unexpected %s on %s %s", type(error).__name__, request.method, request.url.path
-            )
-            mapped = ProblemError(ProblemType.INTERNAL, 500, "the request could not be completed")
-        return mapped.response(request.url.path)
+        response, _ = problem_response(error, request.method, request.url.path)
+        return response
 
     async def validation(request: Request, error: Exception) -> Response:
         assert isinstance(error, RequestValidationError)

@@ -28,7 +28,7 @@ class BodyLimit:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        declared = _content_length(scope)
+        declared = declared_length(scope)
         if declared == -1:
             await _refuse(
                 ProblemError(ProblemType.INVALID_REQUEST, 400, "Content-Length is not a number"),
@@ -90,7 +90,7 @@ async def _drain(receive: Receive, budget: int) -> None:
             return
 
 
-def _content_length(scope: Scope) -> int | None:
+def declared_length(scope: Scope) -> int | None:
     """The declared length, ``None`` when absent, ``-1`` when malformed."""
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
@@ -111,4 +111,4 @@ async def _refuse(error: ProblemError, scope: Scope, send: Send) -> None:
     await response(scope, ignore, send)
 
 
-__all__ = ["BodyLimit", "replaying"]
+__all__ = ["BodyLimit", "declared_length", "replaying"]

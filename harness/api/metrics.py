@@ -46,6 +46,23 @@ class RequestMetrics:
             registry=self.registry,
         )
 
+    def counting(self, scope: Scope, send: Send) -> Send:
+        """``send`` that counts the request when its response starts, labelled with the
+        template of the route that answered (``scope["route"]`` by then)."""
+        started = time.perf_counter()
+        counted = False
+
+        async def counting_send(message: Message) -> None:
+            nonlocal counted
+            if message["type"] == "http.response.start" and not counted:
+                counted = True
+                route = _route(scope)
+                self.seconds.labels(scope["method"], route).observe(time.perf_counter() - started)
+                self.requests.labels(scope["method"], route, str(message["status"])).inc()
+            await send(message)
+
+        return counting_send
+
 
 class CountRequests:
     """ASGI middleware counting every answered request (413s and 401s included)."""
@@ -58,23 +75,7 @@ class CountRequests:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        started = time.perf_counter()
-        status = 500
-        counted = False
-
-        async def counting_send(message: Message) -> None:
-            nonlocal status, counted
-            if message["type"] == "http.response.start" and not counted:
-                counted = True
-                status = int(message["status"])
-                route = _route(scope)
-                self._metrics.seconds.labels(scope["method"], route).observe(
-                    time.perf_counter() - started
-                )
-                self._metrics.requests.labels(scope["method"], route, str(status)).inc()
-            await send(message)
-
-        await self._app(scope, receive, counting_send)
+        await self._app(scope, receive, self._metrics.counting(scope, send))
 
 
 def _route(scope: Scope) -> str:

@@ -12,6 +12,7 @@ The mapping from the harness's errors to problems lives here and only here
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from http import HTTPStatus
@@ -34,6 +35,9 @@ from harness.errors import (
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 _BASE = "https://agent-harness-protocol-celery.invalid/problems/"
+
+
+log = logging.getLogger(__name__)
 
 
 class ProblemType(StrEnum):
@@ -263,6 +267,17 @@ def problem_for(error: Exception) -> ProblemError | None:
     return None
 
 
+def problem_response(error: Exception, method: str, path: str) -> tuple[JSONResponse, bool]:
+    """The answer to an error raised while serving ``method path``, and whether it was
+    unexpected (logged here and answered 500, with no detail)."""
+    mapped = problem_for(error)
+    if mapped is not None:
+        return mapped.response(path), False
+    log.error("unexpected %s on %s %s", type(error).__name__, method, path)
+    internal = ProblemError(ProblemType.INTERNAL, 500, "the request could not be completed")
+    return internal.response(path), True
+
+
 def status_problem(status: int, detail: str | None = None) -> ProblemError:
     """The problem of a plain HTTP status raised by the framework (404 route, 405 ...)."""
     kinds = {
@@ -292,6 +307,7 @@ __all__ = [
     "not_found_session",
     "not_found_task",
     "problem_for",
+    "problem_response",
     "status_problem",
     "too_large",
 ]
