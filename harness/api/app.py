@@ -2,8 +2,9 @@
 
 One app holds one ``CeleryHarness`` for its lifetime (given, or built from the
 environment's ``AHP_*`` settings and closed with the app) and answers every error as an
-RFC 9457 problem (``harness.api.problems``). Middleware, outermost first: request
-counting, then the body limit (so a refused body is counted and never parsed).
+RFC 9457 problem (``harness.api.problems``). Layers, outermost first: the fast lane's
+``FrontDoor`` (the hot routes' plain requests, answered there), then FastAPI's stack with
+request counting, then the body limit (so a refused body is counted and never parsed).
 """
 
 from __future__ import annotations
