@@ -24,7 +24,6 @@ from agent_harness_protocol import (
     TextInput,
 )
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
-from sse_starlette import ServerSentEvent
 
 from harness.admission import validate_task
 from harness.errors import (
@@ -41,7 +40,7 @@ from wire.narrowing import NarrowedSessionSpec, NarrowedTaskRequest
 from wire.store import BusyPolicy
 
 from .auth import tenant
-from .events import ENTRY_ID, EVENT_SCHEMA, FIRST_EVENT_ID
+from .events import ENTRY_ID, EVENT_SCHEMA, FIRST_EVENT_ID, sse_event
 from .events import task_events as event_stream
 from .models import ApprovalAnswer, Interaction, RunTask, StartTask, TaskBody, TaskResource
 from .openapi_docs import problems
@@ -351,9 +350,7 @@ async def _created_and_events(
     else:
         # Just started: the start's reply says all the record would (no round trip).
         resource = TaskResource.started(task)
-    created = ServerSentEvent(
-        data=resource.model_dump_json(), event="task_created", id=FIRST_EVENT_ID
-    ).encode()
+    created = sse_event(FIRST_EVENT_ID, "task_created", resource.model_dump_json())
     # This process's handle already reads the task's stream: relay its reads.
     events = _events(api, tenant, task.id.value, FIRST_EVENT_ID, task.follow_reads())
     return EventStream(
