@@ -107,6 +107,59 @@ async def test_run_and_wait_answers_the_settled_task(
         assert again.status_code == 404
 
 
+async def test_a_run_that_keeps_its_session_leaves_it_open_for_more_tasks(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    async with in_process(api_harness(settings, boundary)) as client:
+        # The session and its first task in one request, streamed.
+        async with client.stream(
+            "POST",
+            "/v1/tasks/stream",
+            json={"input": "first turn", "on_completion": "keep"},
+            headers=auth(),
+        ) as response:
+            assert response.status_code == 200
+            streamed = await read_events(response)
+        assert streamed[0].event == "task_created"
+        assert streamed[-1].event == "task_completed"
+        first, session_id = streamed[0].data["id"], streamed[0].data["session_id"]
+        # Settled, the session is still there, open, and only for its tenant.
+        session = await client.get(f"/v1/sessions/{session_id}", headers=auth())
+        assert session.status_code == 200, session.text
+        assert (session.json()["closed"], session.json()["active_task_id"]) == (False, None)
+        assert _named(sync_redis, session_id)
+        other = await client.get(f"/v1/sessions/{session_id}", headers=auth("beta"))
+        assert other.status_code == 404
+        # A second task runs in it, on the same context: the model sees the first turn.
+        second = await client.post(
+            f"/v1/sessions/{session_id}/tasks",
+            json={"input": "second turn"},
+            params={"wait": 30},
+            headers=auth(),
+        )
+        assert second.status_code == 201, second.text
+        assert second.json()["outcome"]["type"] == "completed"
+        calls = boundary.calls()
+        assert [call["task"] for call in calls] == [first, second.json()["id"]]
+        assert "first turn" in str(calls[1]["texts"])
+        # The waiting form keeps its session too.
+        waited = await client.post(
+            "/v1/tasks",
+            json={"input": "kept and waited", "on_completion": "keep"},
+            params={"wait": 30},
+            headers=auth(),
+        )
+        assert waited.status_code == 201, waited.text
+        assert waited.json()["outcome"]["type"] == "completed"
+        kept = waited.json()["session_id"]
+        assert (await client.get(f"/v1/sessions/{kept}", headers=auth())).status_code == 200
+        # Released like any session: then nothing of it is left.
+        for ident in (session_id, kept):
+            released = await client.delete(f"/v1/sessions/{ident}", headers=auth())
+            assert released.status_code in (200, 204), released.text
+            await wait_for(lambda ident=ident: not _named(sync_redis, ident))
+
+
 async def test_a_second_task_in_a_runs_session_is_refused_while_it_runs(
     settings: Settings, boundary: ModelBoundary
 ) -> None:
@@ -156,6 +209,12 @@ async def test_refused_runs_write_nothing(
                 None,
             ),
             "empty": ({"input": ""}, {}, 422, "body.input"),
+            "on_completion": (
+                {"input": "x", "on_completion": "forever"},
+                {},
+                422,
+                "body.on_completion",
+            ),
         }
         for name, (body, headers, status, path) in refusals.items():
             for route in ("/v1/tasks", "/v1/tasks/stream"):
@@ -268,6 +327,26 @@ async def test_a_run_served_by_uvicorn_streams_to_its_end(
             ) as response,
         ):
             streamed = await read_events(response)
+            # A run that keeps its session: its next task streams in the same session.
+            async with client.stream(
+                "POST",
+                "/v1/tasks/stream",
+                json={"input": "keep it", "on_completion": "keep"},
+                headers=auth(),
+            ) as response:
+                kept = await read_events(response)
+            session_id = kept[0].data["session_id"]
+            async with client.stream(
+                "POST",
+                f"/v1/sessions/{session_id}/tasks/stream",
+                json={"input": "again"},
+                headers=auth(),
+            ) as response:
+                again = await read_events(response)
+            released = await client.delete(f"/v1/sessions/{session_id}", headers=auth())
     assert streamed[0].event == "task_created"
     assert streamed[-1].event == "task_completed"
     assert streamed[-1].data["outcome"]["output"]["text"] == "native-result"
+    assert [kept[-1].event, again[-1].event] == ["task_completed", "task_completed"]
+    assert again[0].data["session_id"] == session_id
+    assert released.status_code in (200, 204), released.text

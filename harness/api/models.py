@@ -111,11 +111,29 @@ class StartTask(TaskBody):
     if_busy: IfBusyChoice = Field(default=IfBusyChoice.REJECT)
 
 
+class OnCompletion(StrEnum):
+    """What becomes of a run's session once its task settled (LangGraph's ``on_completion``
+    of a stateless run)."""
+
+    DELETE = "delete"
+    """The session takes this one task and ends with it: the step that settles the task
+    releases the session and deletes its stored context."""
+    KEEP = "keep"
+    """The session stays open for more tasks, as one created by ``POST /v1/sessions``,
+    until ``DELETE /v1/sessions/{session_id}``."""
+
+
 class RunTask(TaskBody):
-    """A task in a session of its own, which ends with it (``POST /v1/tasks``)."""
+    """A task in a session of its own (``POST /v1/tasks``): the session ends with it, or
+    stays open for more with ``on_completion: keep``."""
 
     instructions: str | None = Field(
         default=None, description="System instructions sent with every model call."
+    )
+    on_completion: OnCompletion = Field(
+        default=OnCompletion.DELETE,
+        description="``delete``: the session ends with this task. ``keep``: it stays open "
+        "for more tasks until DELETE (a session and its first task in one request).",
     )
 
     _instructions_unicode = field_validator("instructions")(_valid_unicode)
@@ -374,6 +392,7 @@ __all__ = [
     "Health",
     "IfBusyChoice",
     "Interaction",
+    "OnCompletion",
     "Outcome",
     "PendingInteraction",
     "QuestionAnswer",

@@ -42,7 +42,15 @@ from wire.store import BusyPolicy
 from .auth import tenant
 from .events import ENTRY_ID, EVENT_SCHEMA, FIRST_EVENT_ID, sse_event
 from .events import task_events as event_stream
-from .models import ApprovalAnswer, Interaction, RunTask, StartTask, TaskBody, TaskResource
+from .models import (
+    ApprovalAnswer,
+    Interaction,
+    OnCompletion,
+    RunTask,
+    StartTask,
+    TaskBody,
+    TaskResource,
+)
 from .openapi_docs import problems
 from .problems import (
     Issue,
@@ -220,12 +228,13 @@ async def _start(
 
 
 async def _run(api: ApiState, tenant: str, body: RunTask, request: Request) -> CeleryTask:
-    """Admit the request, then create a single-task session and start its task in it.
+    """Admit the request, then create a session and start its task in it: a single-task
+    session, or with ``on_completion: keep`` one that stays open for more tasks.
 
     Everything is checked before anything is written. If the start fails, the session is
     released before the error is answered (an unconfirmed start then never runs unless a
-    worker claimed it already); once started, the step that settles the task releases the
-    session, wherever it runs."""
+    worker claimed it already); once started, the step that settles the task releases a
+    single-task session, wherever it runs."""
     if request.headers.get("idempotency-key") is not None:
         raise invalid(
             [
@@ -243,7 +252,8 @@ async def _run(api: ApiState, tenant: str, body: RunTask, request: Request) -> C
     task_request = _request(body)
     api.harness.validate(spec).require_compatible()
     validate_task(task_request, api.harness.profile).require_compatible()
-    session = await api.harness.create_session(spec, tenant=tenant, single_task=True)
+    keep = body.on_completion is OnCompletion.KEEP
+    session = await api.harness.create_session(spec, tenant=tenant, single_task=not keep)
     try:
         task = await session.start_task(task_request)
     except TaskStartUnconfirmedError as error:
@@ -256,6 +266,8 @@ async def _run(api: ApiState, tenant: str, body: RunTask, request: Request) -> C
     except BaseException:
         await asyncio.shield(_release_quietly(session))
         raise
+    if keep:
+        api.handles.add_session(tenant, session)
     _track(api, tenant, task, body)
     return task
 
@@ -361,10 +373,13 @@ async def _created_and_events(
 
 _RUN_DOC = """
 
-The run's session (``session_id`` of the task) takes this one task and ends with it:
-the step that settles the task releases the session and deletes its stored context,
-wherever that step runs, so nothing is left to DELETE (a DELETE before it settles
-cancels the task, as for any session). The task stays readable (``GET
+By default (``on_completion: delete``) the run's session (``session_id`` of the task)
+takes this one task and ends with it: the step that settles the task releases the
+session and deletes its stored context, wherever that step runs, so nothing is left to
+DELETE (a DELETE before it settles cancels the task, as for any session). With
+``on_completion: keep`` the session stays open for more tasks (``POST
+/v1/sessions/{session_id}/tasks``) until ``DELETE /v1/sessions/{session_id}``: a
+session and its first task in one request. The task stays readable (``GET
 /v1/tasks/{task_id}``, its events) until its retention ends. ``Idempotency-Key`` is
 refused (422): to repeat a start safely, create a session and start the task in it."""
 
