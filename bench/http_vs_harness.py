@@ -11,12 +11,18 @@ run the same deterministic chat model (profile ``scripted``) on the same workers
                   + ``await_outcome`` (the session is released untimed);
 * harness-stream -- the same, the caller following ``task.events()`` to the terminal
                   event before the outcome (what a streaming HTTP client receives);
-* http-stream  -- the same flow over HTTP with ``aiohttp``: ``POST /v1/sessions`` +
-                  ``POST /v1/sessions/{id}/tasks/stream``, whose answer is the task's
-                  Server-Sent Events until the terminal one (LangGraph's Agent Server:
-                  ``POST /threads`` + ``POST /threads/{id}/runs/stream``);
-* http-wait    -- ``POST /v1/sessions`` + ``POST /v1/sessions/{id}/tasks?wait=``, which
-                  answers with the outcome;
+* http-stream  -- the same flow over HTTP with ``aiohttp``: the session and its first task
+                  in one request, ``POST /v1/tasks/stream`` with ``on_completion: keep``,
+                  whose answer is the task's Server-Sent Events until the terminal one;
+                  the session's later tasks (throughput) ``POST
+                  /v1/sessions/{id}/tasks/stream`` (LangGraph's Agent Server: ``POST
+                  /threads/{id}/runs/stream``);
+* http-wait    -- ``POST /v1/tasks?wait=`` with ``on_completion: keep``, which answers with
+                  the outcome; later tasks ``POST /v1/sessions/{id}/tasks?wait=``;
+* http-stream-2req, http-wait-2req -- the same with the session created by a request of
+                  its own first, ``POST /v1/sessions`` (LangGraph: ``POST /threads`` +
+                  ``POST /threads/{id}/runs/stream``); latency only, reported without a
+                  target: the second request is a round trip the harness path does not make;
 * harness-run  -- ``create_session(single_task=True)`` + ``start_task`` +
                   ``await_outcome``: a session that ends with its task;
 * harness-run-stream -- the same, following ``task.events()`` to the end;
@@ -183,6 +189,12 @@ class HarnessPath:
         ok = isinstance(outcome, Completed) and outcome.output is not None
         tally.count("completed" if ok else type(outcome).__name__.lower())
 
+    async def fresh(self, tally: Tally) -> str:
+        """A task in a fresh session; the session to release after it."""
+        session_id = await self.session()
+        await self.task(session_id, tally)
+        return session_id
+
     async def release(self, session_id: str) -> None:
         if session_id != ONE_REQUEST:
             await self._sessions.pop(session_id).release()
@@ -192,13 +204,39 @@ class HttpPath:
     """The HTTP flow with aiohttp: its client spends about 0.4 ms per request here, httpx's
     about 1.2 ms (GET /healthz, one keep-alive connection; a raw socket: 0.3 ms), and the
     client's cost is not the API's. ``run``: one request creates the session and runs the
-    task (``POST /v1/tasks``), else a session is created first (``POST /v1/sessions``)."""
+    task (``POST /v1/tasks``), and the session ends with it. Else the session stays for
+    more tasks: a fresh one and its first task in one request (``POST /v1/tasks`` with
+    ``on_completion: keep``), or with ``two_requests`` created by ``POST /v1/sessions``
+    first; sessions created ahead (the throughput chains) by ``POST /v1/sessions``."""
 
-    def __init__(self, client: aiohttp.ClientSession, *, stream: bool, run: bool = False) -> None:
+    def __init__(
+        self,
+        client: aiohttp.ClientSession,
+        *,
+        stream: bool,
+        run: bool = False,
+        two_requests: bool = False,
+    ) -> None:
         self.client = client
         self.stream = stream
         self.run = run
-        self.name = ("http-run-" if run else "http-") + ("stream" if stream else "wait")
+        self.two_requests = two_requests
+        self.name = (
+            ("http-run-" if run else "http-")
+            + ("stream" if stream else "wait")
+            + ("-2req" if two_requests else "")
+        )
+
+    async def fresh(self, tally: Tally) -> str:
+        """A task in a fresh session; the session to release after it."""
+        if self.run or self.two_requests:
+            session_id = await self.session()
+            await self.task(session_id, tally)
+            return session_id
+        session_id = await self._task("/v1/tasks", tally, {"on_completion": "keep"})
+        if not session_id:
+            raise RuntimeError("the run that keeps its session did not name it")
+        return session_id
 
     async def session(self) -> str:
         if self.run:
@@ -209,34 +247,45 @@ class HttpPath:
 
     async def task(self, session_id: str, tally: Tally) -> None:
         path = "/v1/tasks" if self.run else f"/v1/sessions/{session_id}/tasks"
+        await self._task(path, tally)
+
+    async def _task(self, path: str, tally: Tally, extra: dict[str, str] | None = None) -> str:
+        """One task; the id of its session."""
+        body = {"input": PROMPT, **(extra or {})}
         if self.stream:
             # Start the task and read its events in the same response.
-            outcome = await self._stream(f"{path}/stream")
+            session_id, outcome = await self._stream(f"{path}/stream", body)
         else:
             # Start the task and answer with its outcome in the same response.
-            async with self.client.post(
-                path, json={"input": PROMPT}, params={"wait": "30"}
-            ) as reply:
+            async with self.client.post(path, json=body, params={"wait": "30"}) as reply:
                 reply.raise_for_status()
-                outcome = (await reply.json()).get("outcome")
+                answer = await reply.json()
+                session_id, outcome = str(answer.get("session_id", "")), answer.get("outcome")
         ok = isinstance(outcome, dict) and outcome.get("type") == "completed"
         tally.count("completed" if ok else str((outcome or {}).get("type", "none")))
+        return session_id
 
-    async def _stream(self, path: str) -> dict[str, object] | None:
-        """Read the response's events until the terminal one; only that one is parsed.
+    async def _stream(
+        self, path: str, body: dict[str, str]
+    ) -> tuple[str, dict[str, object] | None]:
+        """Read the response's events until the terminal one: the session id of the
+        ``task_created`` event and the terminal one's outcome; only those two are parsed.
         Reading by chunk, not by line: aiohttp's line iterator cost this client more CPU
         per task than the API spent sending the events."""
-        async with self.client.post(path, json={"input": PROMPT}) as events:
+        session_id = ""
+        async with self.client.post(path, json=body) as events:
             events.raise_for_status()
             buffer = b""
             async for chunk in events.content.iter_any():
                 buffer += chunk
                 *complete, buffer = buffer.replace(b"\r\n", b"\n").split(b"\n\n")
                 for event in complete:
+                    if not session_id:
+                        session_id = _created_session(event)
                     outcome = _terminal_outcome(event)
                     if outcome is not None:
-                        return outcome
-        return None
+                        return session_id, outcome
+        return session_id, None
 
     async def release(self, session_id: str) -> None:
         if session_id == ONE_REQUEST:
@@ -257,6 +306,10 @@ class RoundTripPath:
     async def session(self) -> str:
         return ONE_REQUEST
 
+    async def fresh(self, tally: Tally) -> str:
+        await self.task(ONE_REQUEST, tally)
+        return ONE_REQUEST
+
     async def task(self, session_id: str, tally: Tally) -> None:
         async with self.client.get("/healthz") as reply:
             await reply.read()
@@ -274,23 +327,38 @@ BASELINE = {
 }
 """Each HTTP flow's harness flow: the same work in the caller's process (the same
 sessions, and every event delivered to the caller for the streaming flows)."""
+TWO_REQUESTS = {"http-stream-2req": "harness-stream", "http-wait-2req": "harness"}
+"""Latency only, no target: the flows above with the session created by a request of its
+own, a round trip more than the harness path makes."""
 
 
 TERMINAL_EVENTS = {"task_completed", "task_failed", "task_cancelled", "task_unresolved"}
 
 
-def _terminal_outcome(event: bytes) -> dict[str, object] | None:
-    """The outcome of one SSE event if it is a terminal one (``{}`` if it has none)."""
+def _event(event: bytes) -> tuple[str, str]:
+    """The name and data of one SSE event."""
     kind, data = "", ""
     for line in event.decode().split("\n"):
         if line.startswith("event:"):
             kind = line[6:].strip()
         elif line.startswith("data:"):
             data = line[5:]
+    return kind, data
+
+
+def _terminal_outcome(event: bytes) -> dict[str, object] | None:
+    """The outcome of one SSE event if it is a terminal one (``{}`` if it has none)."""
+    kind, data = _event(event)
     if kind not in TERMINAL_EVENTS:
         return None
     outcome = json.loads(data).get("outcome")
     return outcome if isinstance(outcome, dict) else {}
+
+
+def _created_session(event: bytes) -> str:
+    """The session id of a ``task_created`` event (else empty)."""
+    kind, data = _event(event)
+    return str(json.loads(data).get("session_id", "")) if kind == "task_created" else ""
 
 
 Path_ = HarnessPath | HttpPath | RoundTripPath
@@ -326,8 +394,7 @@ class Quiet:
 
 async def fresh_sample(path: Path_, tally: Tally, quiet: Quiet) -> float:
     started = time.perf_counter()
-    session_id = await path.session()
-    await path.task(session_id, tally)
+    session_id = await path.fresh(tally)
     elapsed = time.perf_counter() - started
     await path.release(session_id)
     await quiet()
@@ -567,7 +634,13 @@ async def run(plan: Plan, log_dir: Path, show_rounds: bool = False) -> int:
                     HttpPath(client, stream=False, run=True),
                 ]
                 quiet = Quiet(redis_server.url, Keys(settings.namespace))
-                latency = await scenario_latency([*paths, RoundTripPath(client)], plan, quiet)
+                two_requests = [
+                    HttpPath(client, stream=True, two_requests=True),
+                    HttpPath(client, stream=False, two_requests=True),
+                ]
+                latency = await scenario_latency(
+                    [*paths, *two_requests, RoundTripPath(client)], plan, quiet
+                )
                 groups = {
                     "bench": [os.getpid()],
                     "api": [api.pid],
@@ -613,10 +686,11 @@ def _print(latency: dict[str, list[float]], throughput: dict[str, Throughput], p
                 "  (GET /healthz: one request's floor)"
             )
             continue
-        base = statistics.median(latency[BASELINE.get(name, name)])
+        base = statistics.median(latency[{**BASELINE, **TWO_REQUESTS}.get(name, name)])
         print(
             f"  {name:15} median {median * 1000:7.1f} ms  p95 {p95 * 1000:7.1f} ms"
             f"  ratio {median / base:5.2f}"
+            + ("  (two requests; no target)" if name in TWO_REQUESTS else "")
         )
     print(
         f"\n(b) throughput (all chains concurrently, the median of {plan.rounds} "

@@ -176,6 +176,8 @@ async def test_the_http_benchmark_runs_every_flow_to_completion(
         "harness-run-stream",
         "http-run-stream",
         "http-run-wait",
+        "http-stream-2req",
+        "http-wait-2req",
         "http-round-trip",
     ):
         assert f"  {flow} " in printed, flow
