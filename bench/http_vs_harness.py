@@ -93,6 +93,8 @@ from tooling.worker_process import WorkerProcess  # noqa: E402
 from wire.keys import Keys  # noqa: E402
 from wire.settings import Settings  # noqa: E402
 
+AHP_CELERY = str(Path(sys.executable).with_name("ahp-celery"))
+"""The API is served as a deployment serves it: ``ahp-celery api`` (one uvicorn process)."""
 TOKEN = "bench-" + uuid4().hex
 TENANT = "bench"
 PROMPT = "what does the bench measure?"
@@ -524,18 +526,7 @@ class ApiServer:
     def start(self) -> None:
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "harness.api.app:create_app",
-                    "--factory",
-                    "--port",
-                    str(self.port),
-                    "--log-level",
-                    "warning",
-                    "--no-access-log",
-                ],
+                [AHP_CELERY, "api", "--port", str(self.port), "--log-level", "warning"],
                 cwd=ROOT,
                 env=self.env,
                 stdout=log,
