@@ -19,6 +19,7 @@ from .support.api import (
     in_process,
     keyspace,
     live_server,
+    post_stream,
     problem_of,
     read_events,
 )
@@ -112,14 +113,9 @@ async def test_a_run_that_keeps_its_session_leaves_it_open_for_more_tasks(
 ) -> None:
     async with in_process(api_harness(settings, boundary)) as client:
         # The session and its first task in one request, streamed.
-        async with client.stream(
-            "POST",
-            "/v1/tasks/stream",
-            json={"input": "first turn", "on_completion": "keep"},
-            headers=auth(),
-        ) as response:
-            assert response.status_code == 200
-            streamed = await read_events(response)
+        streamed = await post_stream(
+            client, "/v1/tasks/stream", {"input": "first turn", "on_completion": "keep"}
+        )
         assert streamed[0].event == "task_created"
         assert streamed[-1].event == "task_completed"
         first, session_id = streamed[0].data["id"], streamed[0].data["session_id"]
@@ -328,21 +324,13 @@ async def test_a_run_served_by_uvicorn_streams_to_its_end(
         ):
             streamed = await read_events(response)
             # A run that keeps its session: its next task streams in the same session.
-            async with client.stream(
-                "POST",
-                "/v1/tasks/stream",
-                json={"input": "keep it", "on_completion": "keep"},
-                headers=auth(),
-            ) as response:
-                kept = await read_events(response)
+            kept = await post_stream(
+                client, "/v1/tasks/stream", {"input": "keep it", "on_completion": "keep"}
+            )
             session_id = kept[0].data["session_id"]
-            async with client.stream(
-                "POST",
-                f"/v1/sessions/{session_id}/tasks/stream",
-                json={"input": "again"},
-                headers=auth(),
-            ) as response:
-                again = await read_events(response)
+            again = await post_stream(
+                client, f"/v1/sessions/{session_id}/tasks/stream", {"input": "again"}
+            )
             released = await client.delete(f"/v1/sessions/{session_id}", headers=auth())
     assert streamed[0].event == "task_created"
     assert streamed[-1].event == "task_completed"

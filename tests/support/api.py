@@ -212,6 +212,15 @@ async def read_events(response: httpx.Response, limit: int | None = None) -> lis
     return await next_events(response.aiter_lines(), limit)
 
 
+async def post_stream(
+    client: httpx.AsyncClient, path: str, body: Mapping[str, Any], tenant: str = "alpha"
+) -> list[SseEvent]:
+    """POST ``body`` to a streaming route as ``tenant`` and read its events to the end."""
+    async with client.stream("POST", path, json=body, headers=auth(tenant)) as response:
+        assert response.status_code == 200, (await response.aread()).decode()
+        return await read_events(response)
+
+
 async def next_events(lines: AsyncIterator[str], limit: int | None = None) -> list[SseEvent]:
     """The next events (at most ``limit``) of an SSE body's lines; the iterator stays open."""
     events: list[SseEvent] = []
