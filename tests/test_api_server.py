@@ -6,13 +6,23 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 
 from wire.settings import Settings
 
-from .support.api import api_harness, api_settings, auth, live_server, problem_of, read_events
+from .support.api import (
+    api_harness,
+    api_process,
+    api_settings,
+    auth,
+    live_server,
+    problem_of,
+    read_events,
+)
 from .support.boundary import ModelBoundary
 from .support.waiting import wait_for
 
@@ -117,3 +127,46 @@ async def test_bodies_over_the_limit_are_refused_on_the_wire_chunked_or_declared
             problem_of(declared)
             # The server still serves after refusing them.
             assert (await client.get("/healthz")).status_code == 200
+
+
+HEALTH = b"GET /healthz HTTP/1.1\r\nHost: api\r\n\r\n"
+
+
+async def _health_on(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    """``GET /healthz`` on an open connection: the status line (empty if it was closed)."""
+    writer.write(HEALTH)
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    await reader.readexactly(length)
+    return head.split(b"\r\n", 1)[0]
+
+
+@pytest.mark.processes
+async def test_the_api_process_keeps_idle_connections_longer_than_clients_pool_them(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """uvicorn's default closes a connection after 5 s idle, while aiohttp pools one for
+    15 s: a request sent as the server closes it is lost ("Server disconnected"; it cut
+    a benchmark run short). ``ahp-celery api`` keeps idle connections for
+    ``AHP_API_KEEP_ALIVE`` (75 s by default): one idle for 6 s still serves; with 1 s, the
+    server closes it."""
+    async with (
+        api_process(settings, tmp_path / "default.log") as default,
+        api_process(settings, tmp_path / "short.log", {"AHP_API_KEEP_ALIVE": "1"}) as short,
+    ):
+        kept = await asyncio.open_connection("127.0.0.1", default.port)
+        closed = await asyncio.open_connection("127.0.0.1", short.port)
+        try:
+            for connection in (kept, closed):
+                assert await _health_on(*connection) == b"HTTP/1.1 200 OK"
+            await asyncio.sleep(6)
+            assert await asyncio.wait_for(_health_on(*kept), 5) == b"HTTP/1.1 200 OK"
+            # The short one was closed by the server long ago: end of stream, no answer.
+            assert await asyncio.wait_for(closed[0].read(), 1) == b""
+        finally:
+            for _, writer in (kept, closed):
+                writer.close()

@@ -66,3 +66,21 @@ def test_webhook_hosts_read_as_a_list_or_comma_separated(monkeypatch: pytest.Mon
     assert ApiSettings().webhook_hosts == ("hooks.example", "other.example:8443")
     monkeypatch.setenv("AHP_API_WEBHOOK_HOSTS", '["a.example"]')
     assert ApiSettings().webhook_hosts == ("a.example",)
+
+
+@pytest.mark.parametrize(("value", "seconds"), [(None, 75), ("PT90S", 90), ("30", 30), ("1.5", 2)])
+def test_the_keep_alive_reaches_the_server_in_whole_seconds(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, seconds: int
+) -> None:
+    if value is not None:
+        monkeypatch.setenv("AHP_API_KEEP_ALIVE", value)
+    assert ApiSettings().uvicorn_options() == {"timeout_keep_alive": seconds}
+
+
+@pytest.mark.parametrize("value", ["0", "0.5", "-3", "soon"])
+def test_a_keep_alive_under_a_second_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("AHP_API_KEEP_ALIVE", value)
+    with pytest.raises(ValidationError, match="keep_alive"):
+        ApiSettings()

@@ -9,10 +9,7 @@ body message) and, for the connection, the HTTP client's own connection events.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator, MutableMapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,27 +18,15 @@ from typing import Any
 from uuid import uuid4
 
 import aiohttp
-import httpx
 import pytest
 from sse_starlette.sse import AppStatus
 
 from harness.api.sse import PING, EventStream, FinalChunk
 from wire.settings import Settings
 
-from .support.api import (
-    TOKENS,
-    api_harness,
-    auth,
-    deployment_environment,
-    free_port,
-    in_process,
-    live_server,
-)
+from .support.api import api_harness, api_process, auth, in_process, live_server
 from .support.boundary import ModelBoundary
-from .support.waiting import wait_for
 
-ROOT = Path(__file__).resolve().parents[1]
-AHP_CELERY = str(Path(sys.executable).with_name("ahp-celery"))
 TERMINAL = (b"event: task_completed", b"event: task_failed", b"event: task_cancelled")
 
 
@@ -241,39 +226,19 @@ async def test_sigterm_to_the_api_process_ends_its_open_streams(
 ) -> None:
     """The server's exit reaches the streams through uvicorn's own signal handling: an
     open stream ends properly (resumable), and the process does not wait for it."""
-    port = free_port()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("AHP_")}
-    env.update(deployment_environment(settings))
-    env["AHP_QUEUE"] = f"ahp.nobody.{uuid4().hex[:8]}"  # no worker: the task stays queued
-    env["AHP_API_TOKENS"] = json.dumps({"alpha": [TOKENS["alpha"]]})
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), env.get("PYTHONPATH"))))
-    command = [AHP_CELERY, "api", "--port", str(port)]
-    with (tmp_path / "api.log").open("wb") as log:
-        api = await asyncio.create_subprocess_exec(
-            *command, env=env, cwd=ROOT, stdout=log, stderr=asyncio.subprocess.STDOUT
-        )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        async with aiohttp.ClientSession(url) as client:
-            await wait_for(lambda: _answers(f"{url}/healthz"), within=30)
-            async with client.post(
-                "/v1/tasks/stream", json={"input": "never claimed"}, headers=auth()
-            ) as response:
-                first = await response.content.readuntil(b"\r\n\r\n")
-                assert b"event: task_created" in first
-                api.send_signal(signal.SIGTERM)
-                rest = await asyncio.wait_for(response.content.read(), 10)
-                assert response.content.at_eof()  # ended properly, not cut off
-                assert not any(kind in rest for kind in TERMINAL)
-        await asyncio.wait_for(api.wait(), 10)
-    finally:
-        if api.returncode is None:
-            api.kill()
-            await api.wait()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+    # No worker reads this queue: the task stays queued and its stream open.
+    nobody = {"AHP_QUEUE": f"ahp.nobody.{uuid4().hex[:8]}"}
+    async with (
+        api_process(settings, tmp_path / "api.log", nobody) as api,
+        aiohttp.ClientSession(api.url) as client,
+    ):
+        async with client.post(
+            "/v1/tasks/stream", json={"input": "never claimed"}, headers=auth()
+        ) as response:
+            first = await response.content.readuntil(b"\r\n\r\n")
+            assert b"event: task_created" in first
+            api.process.send_signal(signal.SIGTERM)
+            rest = await asyncio.wait_for(response.content.read(), 10)
+            assert response.content.at_eof()  # ended properly, not cut off
+            assert not any(kind in rest for kind in TERMINAL)
+        await asyncio.wait_for(api.process.wait(), 10)

@@ -104,6 +104,19 @@ def test_api_and_flower_commands_document_their_options() -> None:
         assert option in flower.output
 
 
+def test_the_api_refuses_invalid_api_settings_before_serving(flower_env: dict[str, str]) -> None:
+    env = {
+        **flower_env,
+        "AHP_API_KEEP_ALIVE": "0",
+        "AHP_API_TOKENS": '{"t": ["s3cret-token-0123456789"]}',
+    }
+    refused = _cli(env, "api", "--port", str(_free_port()))
+    assert refused.returncode == 2, refused
+    assert "invalid API settings" in refused.stderr
+    assert "keep_alive" in refused.stderr
+    assert "s3cret-token" not in refused.stderr + refused.stdout
+
+
 def test_flower_refuses_to_start_without_authentication(flower_env: dict[str, str]) -> None:
     refused = _cli(flower_env, "flower", "--port", str(_free_port()))
     assert refused.returncode == 2, refused

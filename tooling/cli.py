@@ -274,7 +274,14 @@ def api(
     if not services.api_available():
         raise fail(f"the HTTP API ({services.API_FACTORY}) is not part of this installation")
     import uvicorn
+    from pydantic import ValidationError
 
+    from harness.api.settings import ApiSettings
+
+    try:
+        api_settings = ApiSettings()
+    except ValidationError as error:
+        raise fail(f"invalid API settings from the environment:\n{error}", 2) from None
     uvicorn.run(
         services.API_FACTORY,
         factory=True,
@@ -282,6 +289,7 @@ def api(
         port=port,
         workers=workers,
         log_level=log_level,
+        **api_settings.uvicorn_options(),
     )
 
 

@@ -8,6 +8,7 @@ deployment's own settings (``wire.settings``).
 from __future__ import annotations
 
 import json
+import math
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -87,6 +88,15 @@ class ApiSettings(BaseSettings):
         ge=16,
         description="Task handles kept in memory; a miss attaches a new handle from Redis.",
     )
+    keep_alive: timedelta = Field(
+        default=timedelta(seconds=75),
+        ge=timedelta(seconds=1),
+        description="How long an idle keep-alive connection stays open (uvicorn's "
+        "``timeout_keep_alive``, whole seconds). Longer than the clients' and proxies' own "
+        "idle timeouts (aiohttp 15 s, httpx 5 s, nginx upstreams 60 s), so none of them "
+        "sends a request on a connection the server is closing: uvicorn's 5 s default "
+        "lost such requests (``Server disconnected``).",
+    )
 
     @field_validator("tokens", mode="before")
     @classmethod
@@ -95,7 +105,9 @@ class ApiSettings(BaseSettings):
             return {key: _as_list(item) for key, item in value.items()}
         return value
 
-    @field_validator("max_wait", "webhook_first_delay", "webhook_timeout", mode="before")
+    @field_validator(
+        "max_wait", "webhook_first_delay", "webhook_timeout", "keep_alive", mode="before"
+    )
     @classmethod
     def _plain_seconds(cls, value: object) -> object:
         return plain_seconds(value)
@@ -123,6 +135,11 @@ class ApiSettings(BaseSettings):
             if any(len(token.get_secret_value()) < 16 for token in tokens):
                 raise ValueError(f"a token of tenant {tenant} is shorter than 16 characters")
         return self
+
+    def uvicorn_options(self) -> dict[str, Any]:
+        """What the server that serves the API takes from these settings (``ahp-celery
+        api`` and the tests' live servers alike)."""
+        return {"timeout_keep_alive": math.ceil(self.keep_alive.total_seconds())}
 
     def tenant_tokens(self) -> dict[str, tuple[SecretStr, ...]]:
         """Every tenant's tokens: ``tokens`` and the ``tokens_file``."""

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -120,12 +123,19 @@ class LiveServer:
 
 
 @contextmanager
-def serve(app: Any, cleanup: Callable[[], Awaitable[None]] | None = None) -> Iterator[str]:
-    """Serve an ASGI app with uvicorn on a free port, in a thread with its own event loop;
-    ``cleanup`` runs in that loop after the server stopped. Yields the base URL."""
+def serve(
+    app: Any,
+    cleanup: Callable[[], Awaitable[None]] | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn (``options``: more of its settings) on a free port, in
+    a thread with its own event loop; ``cleanup`` runs in that loop after the server
+    stopped. Yields the base URL."""
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **(options or {})
+        )
     )
     failure: list[BaseException] = []
 
@@ -161,9 +171,67 @@ def serve(app: Any, cleanup: Callable[[], Awaitable[None]] | None = None) -> Ite
 def live_server(harness: CeleryHarness, api: ApiSettings | None = None) -> Iterator[LiveServer]:
     """The app behind a real uvicorn server on a free port, in a thread with its own event
     loop (where the harness opens its clients, and is closed after the server stopped)."""
-    app = create_app(api or api_settings(), harness)
-    with serve(app, harness.aclose) as url:
+    settings = api or api_settings()
+    app = create_app(settings, harness)
+    with serve(app, harness.aclose, settings.uvicorn_options()) as url:
         yield LiveServer(url, app)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+AHP_CELERY = str(Path(sys.executable).with_name("ahp-celery"))
+
+
+@dataclass(frozen=True, slots=True)
+class ApiProcess:
+    url: str
+    port: int
+    process: asyncio.subprocess.Process
+
+
+@asynccontextmanager
+async def api_process(
+    settings: Settings, log: Path, environment: Mapping[str, str] | None = None
+) -> AsyncIterator[ApiProcess]:
+    """``ahp-celery api``, as a deployment runs it, in a process of its own on a free port
+    (tenant ``alpha``'s token; ``environment``: more of it), answering ``/healthz``; killed
+    on exit unless it ended."""
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AHP_")}
+    env.update(deployment_environment(settings))
+    env["AHP_API_TOKENS"] = json.dumps({"alpha": [TOKENS["alpha"]]})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), env.get("PYTHONPATH"))))
+    env.update(environment or {})
+    with log.open("wb") as output:
+        process = await asyncio.create_subprocess_exec(
+            AHP_CELERY,
+            "api",
+            "--port",
+            str(port),
+            env=env,
+            cwd=ROOT,
+            stdout=output,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with asyncio.timeout(30):
+            while not await _answers(f"{url}/healthz"):
+                if process.returncode is not None:
+                    raise RuntimeError(f"ahp-celery api exited ({process.returncode}); see {log}")
+                await asyncio.sleep(0.1)
+        yield ApiProcess(url, port, process)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def _answers(url: str) -> bool:
+    try:
+        async with httpx.AsyncClient(timeout=1) as client:
+            return (await client.get(url)).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def keyspace(client: redis.Redis) -> dict[str, str]:
