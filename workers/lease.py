@@ -6,7 +6,8 @@ holds ``"<fence>:<token>"`` with a TTL, the fence issued in order by ``INCR``. A
 its process or its thread id), so a run that outlived its cancellation cannot pass for
 the next run of its session in the same process:
 
-- **renewal with a deadline**: the renewer extends the lease every ``ttl / 6``. If no
+- **renewal with a deadline**: the process's :class:`~workers.lease_renewer.LeaseRenewer`
+  (one thread, one pipelined round trip for every lease) extends it every ``ttl / 6``. If no
   renewal succeeded within ``ttl / 2`` of the last success (counted from when that
   renewal was sent, so the lease is known to live at least ``ttl`` from then), the lease
   counts as lost here *before* it can lapse in Redis: :attr:`lost` is set and the run
@@ -29,7 +30,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -40,6 +42,7 @@ from wire import scripts
 from wire.store import RecordStore
 
 from .errors import StaleLeaseError
+from .lease_renewer import LeaseRenewer
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +79,14 @@ class SessionLease:
         acquired_at: float,
         cancel_requested: asyncio.Event | None = None,
         lost: asyncio.Event | None = None,
+        renewer: LeaseRenewer | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
-        """``acquired_at``: the loop time just before the claim was sent."""
+        """``acquired_at``: ``time.monotonic()`` just before the claim was sent (asyncio's
+        own loops count ``loop.time()`` on the same clock). ``renewer``: the process's
+        renewer (none: the lease is never renewed, as in unit tests of the fence). ``loop``:
+        the loop its run goes on (default: the running one); a lease built in another
+        thread (``workers.claimer``) names it."""
         fence, _, token = value.partition(":")
         self.store = store
         self.session_id = session_id
@@ -90,11 +99,19 @@ class SessionLease:
         self.ttl = ttl
         self.cancel_requested = cancel_requested or asyncio.Event()
         self.lost = lost or asyncio.Event()
-        self._ttl_ms = int(ttl.total_seconds() * 1000)
         self._interval = max(ttl.total_seconds() * RENEW_EVERY, 0.02)
         self._deadline = ttl.total_seconds() * RENEW_DEADLINE
         self._renewed_at = acquired_at
-        self._renewer: asyncio.Task[None] | None = None
+        self._next_renewal = acquired_at + self._interval
+        self._renewer = renewer
+        self._renewing = False
+        self._lost_here = False
+        self._ending = False
+        self._confirmed = False
+        self._first_renewal = asyncio.Event()
+        self._ttl = ttl.total_seconds()
+        self._acquired_at = acquired_at
+        self._loop = loop or asyncio.get_running_loop()
 
     def __repr__(self) -> str:
         return f"SessionLease(session={self.session_id!r}, value={self.value!r})"
@@ -102,14 +119,35 @@ class SessionLease:
     # -- validity ------------------------------------------------------------------------
     @property
     def valid_until(self) -> float:
-        """Loop time after which this run must no longer act as the holder."""
+        """``time.monotonic()`` after which this run must no longer act as the holder."""
         return self._renewed_at + self._deadline
+
+    @property
+    def next_renewal(self) -> float:
+        """``time.monotonic()`` at which the renewer renews this lease next."""
+        return self._next_renewal
+
+    @property
+    def confirmed(self) -> bool:
+        """A renewal has found the lease still this run's since the claim."""
+        return self._confirmed
+
+    @property
+    def lapses_by(self) -> float:
+        """``time.monotonic()`` by which the lease has lapsed in Redis if no renewal since
+        the claim succeeded (one TTL after the claim was sent)."""
+        return self._acquired_at + self._ttl
+
+    @property
+    def lost_here(self) -> bool:
+        """Counted as lost (set at once, from any thread; ``lost`` follows on the loop)."""
+        return self._lost_here
 
     def locally_valid(self) -> bool:
         """Not lost, and the renewal deadline has not passed."""
-        if self.lost.is_set():
+        if self._lost_here or self.lost.is_set():
             return False
-        if asyncio.get_running_loop().time() >= self.valid_until:
+        if time.monotonic() >= self.valid_until:
             self._lose("its renewal deadline passed")
             return False
         return True
@@ -117,57 +155,77 @@ class SessionLease:
     def _lose(self, why: str) -> None:
         if not self.lost.is_set():
             log.warning("task %s lost its session lease %s: %s", self.task_id, self.value, why)
-            self.lost.set()
+        self._lost_here = True
+        self.lost.set()
 
-    # -- renewal -------------------------------------------------------------------------
+    # -- renewal (by the process's LeaseRenewer, in its thread) --------------------------
     def start(self) -> None:
         """Start renewing (the claim has just set a full TTL)."""
-        if self._renewer is None:
-            self._renewer = asyncio.create_task(self._renew_until_lost())
+        if self._renewer is not None and not self._renewing:
+            self._renewing = True
+            if time.monotonic() >= self.valid_until - self._interval:
+                self._next_renewal = time.monotonic()  # registered late: renew at once
+            self._renewer.add(self)
 
     async def stop(self) -> None:
         """Stop renewing; the lease stays in Redis until released or lapsed."""
-        renewer, self._renewer = self._renewer, None
-        if renewer is not None:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
+        if self._renewer is not None and self._renewing:
+            self._renewing = False
+            self._renewer.remove(self)
 
-    async def _renew_until_lost(self) -> None:
-        loop = asyncio.get_running_loop()
-        pause = self._interval
-        while True:
-            now = loop.time()
-            if now >= self.valid_until:
-                self._lose("no renewal succeeded before its deadline")
-                return
-            await asyncio.sleep(min(pause, self.valid_until - now))
-            sent_at = loop.time()
-            if sent_at >= self.valid_until:  # woke late (a stall, SIGSTOP)
-                self._lose("no renewal succeeded before its deadline")
-                return
-            attempt = asyncio.ensure_future(
-                self.store.renew(self.session_id, self.task_id, self.value, self._ttl_ms)
-            )
-            done, _ = await asyncio.wait({attempt}, timeout=self.valid_until - sent_at)
-            if not done:
-                attempt.cancel()
-                self._lose("a renewal did not complete before its deadline")
-                return
-            try:
-                held, cancel = attempt.result()
-            except Exception as error:
-                # Redis unreachable (restarting): retry soon while the deadline allows.
-                log.warning("task %s could not renew its lease (%s); retrying", self.task_id, error)
-                pause = min(0.2, self._interval)
-                continue
-            if not held:
-                self._lose("the lease is no longer this run's")
-                return
+    async def ready(self) -> bool:
+        """Wait, if need be, until the lease is known to be this run's; whether it is.
+
+        The renewal deadline runs from when the claim was *sent*. On a loop busy enough
+        that the claim's reply was read late, the run may reach this point past its
+        deadline although the lease still lives in Redis (for one TTL from the send, and
+        nobody else can hold it meanwhile). The renewer renews a new lease at once,
+        without judging it by that deadline: the run waits for that renewal before it
+        acts, and goes on only if the lease was still its own."""
+        if self._renewer is None or time.monotonic() < self.valid_until - self._interval:
+            return self.locally_valid()
+        lost = asyncio.ensure_future(self.lost.wait())
+        first = asyncio.ensure_future(self._first_renewal.wait())
+        try:
+            await asyncio.wait({lost, first}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+            first.cancel()
+        return self.locally_valid()
+
+    def ending(self) -> None:
+        """The run is about to settle or release the lease itself: a renewal that finds
+        it gone from now on lost nothing."""
+        self._ending = True
+
+    def renewed(self, sent_at: float, next_renewal: float) -> None:
+        """A renewal sent at ``sent_at`` found the lease still this run's (renewer thread)."""
+        if sent_at > self._renewed_at:
             self._renewed_at = sent_at
-            pause = self._interval
-            if cancel:
-                self.cancel_requested.set()
+        self._next_renewal = next_renewal
+        if not self._confirmed:
+            self._confirmed = True
+            self._on_loop(self._first_renewal.set)
+
+    def retry_renewal_at(self, when: float) -> None:
+        """A renewal failed (Redis unreachable): try again at ``when`` (renewer thread)."""
+        self._next_renewal = when
+
+    def lose_from_thread(self, why: str) -> None:
+        """The renewer counts this lease lost (renewer thread), unless the run stopped
+        renewing it or is settling: a lease its own run freed was not lost."""
+        if not self._renewing or self._ending:
+            return
+        self._lost_here = True
+        self._on_loop(self._lose, why)
+
+    def cancel_from_thread(self) -> None:
+        """The renewal read the task's durable cancel flag (renewer thread)."""
+        self._on_loop(self.cancel_requested.set)
+
+    def _on_loop(self, callback: Callable[..., None], *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is left to tell
+            self._loop.call_soon_threadsafe(callback, *args)
 
     async def release(self) -> str:
         """Stop renewing and free the lease if it is still this run's; returns the task
