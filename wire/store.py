@@ -147,6 +147,21 @@ class Claim:
     session: Mapping[str, str] = field(default_factory=dict)
 
 
+def claim_from_reply(reply: Any) -> Claim:
+    """The claim script's reply as a :class:`Claim`."""
+    result = ClaimResult(_text(reply[0]))
+    if result is not ClaimResult.CLAIMED:
+        return Claim(result)
+    return Claim(
+        result,
+        _text(reply[1]),
+        _text(reply[2]),
+        int(reply[3]),
+        _fields(reply[4]),
+        _fields(reply[5]),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Settlement:
     result: SettleResult
@@ -197,7 +212,6 @@ class RecordStore:
         self._append: AsyncScript = redis.register_script(scripts.APPEND)
         self._settle: AsyncScript = redis.register_script(scripts.SETTLE)
         self._cancel: AsyncScript = redis.register_script(scripts.CANCEL)
-        self._renew: AsyncScript = redis.register_script(scripts.RENEW)
         self._release: AsyncScript = redis.register_script(scripts.RELEASE)
         self._hand_back: AsyncScript = redis.register_script(scripts.HAND_BACK)
         self._recover: AsyncScript = redis.register_script(scripts.RECOVER)
@@ -366,40 +380,36 @@ class RecordStore:
         self, session_id: str, task_id: str, token: str, lease_ms: int, policy: LossPolicy
     ) -> Claim:
         """Claim the task and the session lease; returns both records on success."""
-        reply = await self._claim(
-            keys=[
-                self.keys.task(task_id),
-                self.keys.lease(session_id),
-                self.keys.fence(session_id),
-                self.keys.events(task_id),
-                self.keys.session(session_id),
-                self.keys.running(),
-                self.keys.starting(),
-                self.keys.claim_counts(),
-            ],
-            args=[
-                token,
-                lease_ms,
-                session_id,
-                task_id,
-                "resume" if policy.resume else "unresolved",
-                policy.max_deliveries,
-                policy.lost_outcome,
-                policy.exhausted_outcome,
-                self.retention_seconds,
-            ],
-        )
-        result = ClaimResult(_text(reply[0]))
-        if result is not ClaimResult.CLAIMED:
-            return Claim(result)
-        return Claim(
-            result,
-            _text(reply[1]),
-            _text(reply[2]),
-            int(reply[3]),
-            _fields(reply[4]),
-            _fields(reply[5]),
-        )
+        keys, args = self.claim_call(session_id, task_id, token, lease_ms, policy)
+        return claim_from_reply(await self._claim(keys=keys, args=args))
+
+    def claim_call(
+        self, session_id: str, task_id: str, token: str, lease_ms: int, policy: LossPolicy
+    ) -> tuple[list[str], list[str | int]]:
+        """The claim script's KEYS and ARGV (``scripts.CLAIM``), for a client of any kind
+        (a worker claims from the pool thread holding the delivery, synchronously)."""
+        keys = [
+            self.keys.task(task_id),
+            self.keys.lease(session_id),
+            self.keys.fence(session_id),
+            self.keys.events(task_id),
+            self.keys.session(session_id),
+            self.keys.running(),
+            self.keys.starting(),
+            self.keys.claim_counts(),
+        ]
+        args: list[str | int] = [
+            token,
+            lease_ms,
+            session_id,
+            task_id,
+            "resume" if policy.resume else "unresolved",
+            policy.max_deliveries,
+            policy.lost_outcome,
+            policy.exhausted_outcome,
+            self.retention_seconds,
+        ]
+        return keys, args
 
     async def count_missing(self) -> None:
         """Count a message dropped before any claim because it names no session and its
@@ -603,14 +613,6 @@ class RecordStore:
             values[1] if len(values) > 1 else "",
             values[2] if len(values) > 2 else "",
         )
-
-    async def renew(
-        self, session_id: str, task_id: str, lease: str, lease_ms: int
-    ) -> tuple[bool, bool]:
-        """Extend the lease; returns (still held, cancellation requested)."""
-        keys = [self.keys.lease(session_id), self.keys.task(task_id)]
-        held, cancel = await self._renew(keys=keys, args=[lease, lease_ms])
-        return bool(int(held)), _text(cancel) == "1"
 
     async def release(self, session_id: str, task_id: str, lease: str) -> str:
         """Free the session after a run that outlived its settled task ended; returns the
