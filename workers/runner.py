@@ -44,14 +44,12 @@ from wire.codec import (
     usage_from_json,
     usage_to_json,
 )
-from wire.keys import is_valid_id
 from wire.narrowing import narrowing_of
 from wire.profiles import AgentProfile, CancellationSemantics
 from wire.records import SessionField, TaskField
 from wire.settings import Settings
 from wire.store import (
     HANDED_BACK,
-    ClaimResult,
     PauseResult,
     RecordStore,
     Settlement,
@@ -60,6 +58,7 @@ from wire.store import (
 from wire.structured_output import parse_schema
 
 from .approval_route import APPROVAL_METADATA
+from .claimer import ClaimedRun
 from .errors import (
     ModelCallCancelledError,
     ProfileMismatchError,
@@ -70,7 +69,7 @@ from .event_sink import EventSink, Withheld
 from .graph import AgentGraph, ModelCalls
 from .interrupts import Pause, resume_values
 from .lease import SessionLease
-from .loss import loss_policy
+from .lease_renewer import LeaseRenewer
 from .pruning import CheckpointPruner
 from .stream_items import HaltReason
 from .structured import judged, system_prompt
@@ -129,57 +128,41 @@ class TaskRunner:
         profiles: Mapping[str, AgentProfile],
         graphs: GraphProvider,
         runs: dict[str, LiveRun],
-        token: str,
         delete_thread: ThreadDeleter,
         pruner: CheckpointPruner | None = None,
         publish: Publish | None = None,
+        renewer: LeaseRenewer | None = None,
     ) -> None:
+        """``renewer``: the process's lease renewer (without one, leases are never renewed
+        and lapse after one TTL: only for tests of a single short run)."""
         self._settings = settings
         self._store = store
         self._profiles = profiles
         self._graphs = graphs
         self._runs = runs
-        self._token = token
         self._delete_thread = delete_thread
         self._pruner = pruner
         self._publish = publish
-        self._lease_ms = int(settings.lease_ttl.total_seconds() * 1000)
+        self._renewer = renewer
 
-    async def run(self, task_id: str, session_id: str | None = None) -> None:
-        """Run one delivered message; ``session_id`` saves a lookup when the message has it."""
-        if not is_valid_id(task_id) or (session_id is not None and not is_valid_id(session_id)):
-            log.error("refusing a message with invalid ids %r / %r", task_id, session_id)
-            return
-        if session_id is None:
-            session_id = (await self._store.task_record(task_id)).get(TaskField.SESSION, "")
-            if not session_id:
-                log.warning("task %s has no record; message dropped", task_id)
-                await self._store.count_missing()
-                return
-        live = LiveRun(task_id, task=asyncio.current_task())
+    async def run_claimed(self, claimed: ClaimedRun) -> None:
+        """Run a delivery claimed outside the loop (``workers.claimer``), whose lease the
+        renewer already renews."""
+        task_id, claim, lease = claimed.task_id, claimed.claim, claimed.lease
+        live = LiveRun(
+            task_id,
+            task=asyncio.current_task(),
+            cancel_requested=lease.cancel_requested,
+            lease_lost=lease.lost,
+        )
         self._runs[task_id] = live
         try:
-            policy = loss_policy(self._settings, TaskId(task_id))
-            # The lease lives at least one TTL from when its claim was sent.
-            acquired_at = asyncio.get_running_loop().time()
-            claim = await self._store.claim(
-                session_id, task_id, self._token, self._lease_ms, policy
-            )
-            if claim.result is not ClaimResult.CLAIMED:
-                log.info("task %s not run: %s", task_id, claim.result.value)
+            if not await lease.ready():
+                log.warning("task %s: its lease lapsed before the run could start", task_id)
+                await lease.stop()
                 return
             handed_back = claim.previous_state == HANDED_BACK
             resumed = handed_back or claim.previous_state == TaskState.RUNNING.value
-            lease = SessionLease(
-                self._store,
-                session_id,
-                task_id,
-                claim.lease,
-                self._settings.lease_ttl,
-                acquired_at=acquired_at,
-                cancel_requested=live.cancel_requested,
-                lost=live.lease_lost,
-            )
             await self._run_claimed(
                 live, lease, claim.task, claim.session, resumed=resumed, handed_back=handed_back
             )
@@ -234,10 +217,12 @@ class TaskRunner:
                     "task %s lost its lease; its outcome is left to the new holder", task_id
                 )
                 return
+            lease.ending()
             released = await self._finish(session_id, outcome, lease.value, sink, withheld)
         except _OutlivedBudget as outlived:
             run_ended = False
             await sink.drain()
+            lease.ending()
             await self._settle(session_id, outlived.outcome, lease.value, run_ended=False)
             await self._outlive(outlived.execution, lease)
         except asyncio.CancelledError:

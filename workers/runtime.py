@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 from uuid import uuid4
 
@@ -28,12 +28,16 @@ from wire.redis_options import pool_options
 from wire.settings import Settings
 from wire.store import RecordStore
 
+from .admission import RunAdmission
 from .approval_route import CallerApprovalRoute
 from .checkpoints import FencedRedisSaver
+from .claimer import DeliveryClaimer
 from .control import CancelListener, MaintenanceConsumer
 from .errors import FencingUnavailableError, RedisModulesMissingError, RuntimeStoppedError
 from .graph import AgentGraph, ModelCalls
 from .import_cache import fail_fast_if_missing
+from .lease_renewer import LeaseRenewer
+from .loop_lag import LoopLag
 from .models import build_model
 from .pruning import CheckpointPruner
 from .question_tool import ask_caller_tool
@@ -133,13 +137,13 @@ class _LoopState:
         self.runs: dict[str, LiveRun] = {}
         self.token = uuid4().hex
         self.deleter = _Deleter(self.saver)
+        self.renewer = LeaseRenewer(settings.redis_url, self.keys, settings.lease_ttl)
         self.runner = TaskRunner(
             settings=settings,
             store=self.store,
             profiles=profiles,
             graphs=_Graphs(self.saver, self.store),
             runs=self.runs,
-            token=self.token,
             delete_thread=self.deleter,
             pruner=CheckpointPruner(
                 self.saver,
@@ -148,6 +152,10 @@ class _LoopState:
                 settings.checkpoints_kept,
             ),
             publish=_off_loop(republish) if republish is not None else None,
+            renewer=self.renewer,
+        )
+        self.claimer = DeliveryClaimer(
+            settings, self.store, self.token, self.renewer, asyncio.get_running_loop()
         )
         self.cancel_listener = CancelListener(self.redis, self.keys, self.runs)
         self.maintenance = MaintenanceConsumer(
@@ -169,6 +177,7 @@ class _LoopState:
         if missing is not None:
             raise RedisModulesMissingError(missing)
         await self.saver.asetup()
+        self.renewer.start()
         if self.sweeper is not None:
             self.background.append(asyncio.create_task(self.sweeper.serve()))
         self.background.append(asyncio.create_task(self.cancel_listener.serve()))
@@ -193,6 +202,8 @@ class _LoopState:
         # Unanswered maintenance requests go back on the queue for another worker.
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.maintenance.leave(), timeout=2)
+        await asyncio.to_thread(self.renewer.stop)
+        await asyncio.to_thread(self.claimer.close)
         for client in (self.redis, self.checkpoint_redis):
             await client.aclose()
             await client.connection_pool.disconnect()
@@ -229,6 +240,9 @@ class WorkerRuntime:
         self._state: _LoopState | None = None
         self._lock = threading.Lock()
         self._stopping = False
+        self._stopped = threading.Event()
+        self._lag: LoopLag | None = None
+        self._admission: RunAdmission | None = None
 
     @property
     def started(self) -> bool:
@@ -239,6 +253,14 @@ class WorkerRuntime:
             if self._loop is not None:
                 return
             loop = asyncio.new_event_loop()
+            # Blocking work (sync tools, a local model, ``asyncio.to_thread``) runs here,
+            # bounded, never on the loop.
+            loop.set_default_executor(
+                ThreadPoolExecutor(
+                    max_workers=self.settings.worker_blocking_threads,
+                    thread_name_prefix="ahp-blocking",
+                )
+            )
             ready: Future[None] = Future()
             thread = threading.Thread(
                 target=self._serve, args=(loop, ready), name="ahp-worker-loop", daemon=True
@@ -246,6 +268,12 @@ class WorkerRuntime:
             thread.start()
             ready.result(timeout=60)
             self._loop, self._thread = loop, thread
+            self._stopped.clear()
+            self._lag = LoopLag(loop)
+            self._lag.start()
+            self._admission = RunAdmission(
+                self._lag, self.settings.worker_max_loop_lag.total_seconds()
+            )
 
     def _serve(self, loop: asyncio.AbstractEventLoop, ready: Future[None]) -> None:
         asyncio.set_event_loop(loop)
@@ -277,14 +305,37 @@ class WorkerRuntime:
                 raise RuntimeStoppedError("the worker runtime stopped during the run") from None
             raise
 
-    def run_task(self, task_id: str, session_id: str | None = None) -> RunSummary:
-        """Run one delivered message; the task record's state and outcome once it ended."""
-        self.start()
+    @property
+    def loop_lag(self) -> float:
+        """Seconds: how late the loop runs what is handed to it (0 before it started)."""
+        return 0.0 if self._lag is None else self._lag.current()
+
+    @property
+    def runs_in_flight(self) -> int:
         state = self._state
+        return 0 if state is None else len(state.runs)
+
+    def run_task(self, task_id: str, session_id: str | None = None) -> RunSummary:
+        """Run one delivered message; the task record's state and outcome once it ended.
+
+        Called from the pool thread holding the delivery, which parks here while the run
+        goes on on the loop. It waits first for admission (``workers.admission``): not
+        while the loop lags, and only a bounded number of runs starting at once."""
+        self.start()
+        state, admission = self._state, self._admission
         assert state is not None
+        assert admission is not None
+        ticket = admission.admit(self._stopped)
+        if ticket is None:
+            raise RuntimeStoppedError("the worker runtime stopped before the run started")
+        try:
+            claimed = state.claimer.claim(task_id, session_id)
+        finally:
+            ticket.started()  # the lease is with the renewer (or there is nothing to run)
 
         async def run_then_summarise() -> RunSummary:
-            await state.runner.run(task_id, session_id)
+            if claimed is not None:
+                await state.runner.run_claimed(claimed)
             return await read_summary(state.store, task_id)
 
         return self.call(run_then_summarise())
@@ -297,6 +348,10 @@ class WorkerRuntime:
             if loop is None or thread is None:
                 return
             self._stopping = True
+            self._stopped.set()
+            if self._lag is not None:
+                self._lag.stop()
+                self._lag = None
             if state is not None:
                 # Runs first, while the event sinks, the lease scripts and the clients
                 # they hand back through are still alive; then whatever is left.
