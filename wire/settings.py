@@ -10,6 +10,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .keys import require_valid_id
 
+DEFAULT_WORKER_RUNS = 250
+"""Runs per worker process by default (``bench/scale.py``: see docs/benchmarks.md)."""
+
 
 class WorkerLossPolicy(StrEnum):
     """What happens to a task whose worker was lost mid-run (killed, OOM, partitioned)."""
@@ -109,7 +112,36 @@ class Settings(BaseSettings):
         "older ones are pruned after every turn, so stored context grows with the "
         "conversation, not with the square of its turns.",
     )
-    worker_concurrency: int = Field(default=2, ge=1)
+    worker_runs: int = Field(
+        default=DEFAULT_WORKER_RUNS,
+        ge=1,
+        description="Runs one worker process carries at once, all on its one event loop "
+        "(the threads pool's size: each delivery parks a pool thread on the loop). "
+        "A worker container carries worker_processes x worker_runs.",
+    )
+    worker_processes: int = Field(
+        default=1,
+        ge=1,
+        description="Worker processes `ahp-celery worker` starts (one event loop each; a "
+        "process uses about one core).",
+    )
+    worker_blocking_threads: int = Field(
+        default=8,
+        ge=1,
+        description="Threads of a worker process's executor for blocking work (sync tools, "
+        "a local model): never run on the loop.",
+    )
+    worker_max_loop_lag: timedelta = Field(
+        default=timedelta(milliseconds=500),
+        gt=timedelta(0),
+        description="A worker process takes no new run while its event loop runs work "
+        "this late (a saturated loop stops admitting before its runs slow further).",
+    )
+    worker_concurrency: int = Field(
+        default=2,
+        ge=1,
+        description="Pool size of the legacy `--pool prefork` layout: one run per child.",
+    )
     redis_max_connections: int = Field(default=256, ge=8)
     event_buffer_capacity: int = Field(default=256, ge=2)
 
@@ -122,6 +154,7 @@ class Settings(BaseSettings):
         "handle_ttl",
         "task_retention",
         "idempotency_retention",
+        "worker_max_loop_lag",
         mode="before",
     )
     @classmethod

@@ -17,7 +17,13 @@ from urllib.parse import urlsplit
 
 from celery import Celery
 from celery.exceptions import Reject
-from celery.signals import worker_init, worker_process_init, worker_process_shutdown, worker_ready
+from celery.signals import (
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutting_down,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -122,12 +128,26 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
         runtime.start()
         signal.signal(signal.SIGTERM, hand_back_runs)
 
+    served_here: set[str] = set()
+    """Node names of this app's workers whose runs live in this process (not forking)."""
+
     def start_if_not_forking(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is not app:
             return
         pool = getattr(sender, "pool", None)
         if pool is not None and "prefork" not in type(pool).__module__:
             runtime.start()
+            served_here.add(str(getattr(sender, "hostname", "")))
+
+    def hand_back_on_shutdown(sender: Any = None, **_: Any) -> None:
+        # SIGTERM (or SIGINT) reached a worker whose runs share this process's loop (the
+        # threads pool). Celery's warm shutdown would wait for every run to end, however
+        # long its model streams: hand them back instead. Each run is cancelled, its lease
+        # freed and its record marked handed back; its task function raises
+        # RuntimeStoppedError, so its message is requeued, not acknowledged, and the
+        # pool's threads end soon. Off the signal handler: stopping awaits Redis.
+        if str(sender) in served_here and runtime.started:
+            threading.Thread(target=runtime.stop, name="ahp-hand-back", daemon=True).start()
 
     def stop_child(**_: Any) -> None:
         runtime.stop()
@@ -136,4 +156,5 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
     worker_process_init.connect(start_in_child, weak=False)
     worker_process_shutdown.connect(stop_child, weak=False)
     worker_ready.connect(start_if_not_forking, weak=False)
+    worker_shutting_down.connect(hand_back_on_shutdown, weak=False)
     return app
