@@ -28,6 +28,7 @@ from .demo import DemoModel, run_demo
 from .embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from .errors import ToolingError
 from .signals import children_ignore_ctrl_c, sigterm_interrupts
+from .worker_node import NodeLayout, node_commands, run_node
 
 __all__ = ["app", "main", "redact"]
 
@@ -95,9 +96,31 @@ def redis_server(
 @app.command()
 def worker(
     concurrency: Annotated[
-        int | None, typer.Option("--concurrency", "-c", help="Default: AHP_WORKER_CONCURRENCY.")
+        int | None,
+        typer.Option(
+            "--concurrency",
+            "-c",
+            help="Runs per process. Default: AHP_WORKER_RUNS (threads pool), "
+            "AHP_WORKER_CONCURRENCY (prefork).",
+        ),
     ] = None,
-    pool: Annotated[Pool, typer.Option("--pool", "-P")] = Pool.prefork,
+    pool: Annotated[
+        Pool,
+        typer.Option(
+            "--pool",
+            "-P",
+            help="threads: every run of a process on its one event loop (the default); "
+            "prefork: one run per child process (the old layout).",
+        ),
+    ] = Pool.threads,
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            "--processes",
+            min=1,
+            help="Worker processes of this node. Default: AHP_WORKER_PROCESSES.",
+        ),
+    ] = None,
     loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "info",
     hostname: Annotated[
         str | None,
@@ -105,20 +128,33 @@ def worker(
             "--hostname",
             "-n",
             help="Celery node name (default celery@<host>); give each worker on one host "
-            "its own, e.g. worker1@%h, so Flower and remote control tell them apart.",
+            "its own, e.g. worker1@%h, so Flower and remote control tell them apart. With "
+            "several processes each gets a number: worker1@%h, worker2@%h...",
         ),
     ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the worker commands and exit.")
+    ] = False,
 ) -> None:
-    """Run a Celery worker of the deployment configured by the environment (AHP_*)."""
+    """Run the Celery workers of the deployment configured by the environment (AHP_*).
+
+    A node carries processes x runs per process at once."""
     settings = load_settings()
-    size = concurrency if concurrency is not None else settings.worker_concurrency
-    args = [sys.executable, "-m", "celery", "-A", "workers.main", "worker"]
-    args += ["-Q", settings.queue, "-c", str(size), "-P", pool.value, "-E"]
-    args += ["--loglevel", loglevel]
-    if hostname is not None:
-        args += ["--hostname", hostname]
-    sys.stdout.flush()
-    os.execv(sys.executable, args)
+    if concurrency is None:
+        concurrency = settings.worker_concurrency if pool is Pool.prefork else settings.worker_runs
+    layout = NodeLayout(
+        queue=settings.queue,
+        pool=pool.value,
+        concurrency=concurrency,
+        processes=processes if processes is not None else settings.worker_processes,
+        loglevel=loglevel,
+        hostname=hostname,
+    )
+    if dry_run:
+        for command in node_commands(layout):
+            console.print(" ".join(command[1:]), markup=False, highlight=False)
+        return
+    raise typer.Exit(run_node(layout))
 
 
 @app.command("settings")

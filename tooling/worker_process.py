@@ -137,8 +137,10 @@ class WorkerProcess:
 
     Args:
         settings: The deployment the worker serves (every field goes into its environment).
-        concurrency: Pool size (``-c``).
-        pool: ``prefork``, ``solo`` or ``threads`` (``-P``).
+        concurrency: Pool size (``-c``): runs the process carries at once. Default: the
+            deployment's ``worker_runs`` (threads pool) or ``worker_concurrency`` (prefork).
+        pool: ``threads`` (every run on the process's one loop: the deployment's layout),
+            ``prefork`` (one run per child) or ``solo`` (``-P``).
         extra_env: Added to (and overriding) the child's environment.
         loglevel: The worker's ``--loglevel``.
         log_path: Where the worker's stdout and stderr go; default a new file in the
@@ -149,8 +151,8 @@ class WorkerProcess:
     def __init__(
         self,
         settings: Settings,
-        concurrency: int = 2,
-        pool: Pool = "prefork",
+        concurrency: int | None = None,
+        pool: Pool = "threads",
         extra_env: dict[str, str] | None = None,
         *,
         loglevel: str = "info",
@@ -158,6 +160,8 @@ class WorkerProcess:
         name: str = "ahp-worker",
     ) -> None:
         self.settings = settings
+        if concurrency is None:
+            concurrency = settings.worker_concurrency if pool == "prefork" else settings.worker_runs
         self.concurrency = concurrency
         self.pool = pool
         self.loglevel = loglevel
