@@ -48,6 +48,7 @@ from celery import Celery
 from harness import CeleryHarness
 from harness.errors import SessionBusyError
 from tooling.worker_process import PROJECT_ROOT, WorkerProcess, settings_environment
+from tooling.worker_process import Pool as WorkerPool
 from wire.celery_config import RUN_TASK, celery_config
 from wire.keys import Keys
 from wire.settings import Settings, WorkerLossPolicy
@@ -78,12 +79,17 @@ def _fault_settings(settings: Settings, **changes: object) -> Settings:
 class Pool:
     """Worker processes of one deployment; replaced as tests kill them."""
 
-    def __init__(self, settings: Settings, size: int = 2) -> None:
+    def __init__(
+        self, settings: Settings, size: int = 2, *, layout: WorkerPool = "threads"
+    ) -> None:
+        """``layout``: ``threads`` (the deployment's: every run of a process on its loop)
+        or ``prefork`` (one run per child process, which Celery replaces when it dies)."""
         self.settings = settings
+        self.layout: WorkerPool = layout
         self.workers = [self._worker() for _ in range(size)]
 
     def _worker(self) -> WorkerProcess:
-        return WorkerProcess(self.settings, concurrency=2, name="fault")
+        return WorkerProcess(self.settings, concurrency=2, pool=self.layout, name="fault")
 
     def start(self) -> None:
         with ThreadPoolExecutor(len(self.workers)) as starting:
@@ -226,10 +232,23 @@ async def test_lost_worker_ends_the_task_unresolved_when_the_deployment_says_so(
 
 
 async def test_poison_task_fails_after_a_bounded_number_of_deliveries(
-    pool: Pool, boundary: ModelBoundary, sync_redis: redis.Redis
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
 ) -> None:
     """A task whose model kills its worker process every time ends Failed after
-    ``max_deliveries`` claims instead of killing workers forever."""
+    ``max_deliveries`` claims instead of killing workers forever. (Prefork: Celery
+    replaces each killed child; a threads-pool worker killed this way is a whole node
+    process, restarted by ``ahp-celery worker``'s supervisor or the orchestrator.)"""
+    pool = Pool(_fault_settings(settings), layout="prefork")
+    pool.start()
+    try:
+        await _poison_fails_after_bounded_deliveries(pool, boundary, sync_redis)
+    finally:
+        pool.stop()
+
+
+async def _poison_fails_after_bounded_deliveries(
+    pool: Pool, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
     async with harness_of(pool) as harness:
         session = await harness.create_session(SessionSpec())
         task = await session.start_task(TaskRequest(TextInput(f"poison {KILL_MARKER}")))
@@ -249,9 +268,11 @@ async def test_poison_task_fails_after_a_bounded_number_of_deliveries(
 async def test_sigterm_finishes_running_tasks_and_hands_back_queued_ones(
     settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
 ) -> None:
-    """A deploy sends SIGTERM to a worker with two running and two queued tasks: the
-    running ones finish on it, the queued ones run on its replacement; none is lost."""
-    workers = Pool(_fault_settings(settings), size=1)
+    """A deploy sends SIGTERM to a prefork worker's main process (not its children) with
+    two running and two queued tasks: the running ones finish on it, the queued ones run
+    on its replacement; none is lost. (A threads-pool worker hands its running runs back
+    instead: ``tests/test_scale.py``.)"""
+    workers = Pool(_fault_settings(settings), size=1, layout="prefork")
     workers.start()
     try:
         async with harness_of(workers) as harness:

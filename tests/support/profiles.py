@@ -280,4 +280,40 @@ _ALL.append(
     )
 )
 
+# Remote-model shaped runs for the scale tests (tests/test_scale.py): each awaits while it
+# streams 20 stamped chunks, and counts its calls where it runs.
+PACED = "tests.support.paced_model:PacedChatModel"
+BLOCK_THREAD = ToolSpec(
+    "block_thread",
+    "tests.support.paced_model:block_thread",
+    "Block the calling thread for some seconds.",
+    effect="none (it only blocks its thread)",
+)
+_PACED_OPTIONS: dict[str, str | int | float | bool | None] = {"chunks": 20, "seconds": 2.0}
+_ALL += [
+    AgentProfile(
+        "paced", ModelSpec(PACED, _PACED_OPTIONS), model_id=MODEL_ID, cancellation=CONFIRMED
+    ),
+    AgentProfile(
+        "paced-long",
+        ModelSpec(PACED, {"chunks": 30, "seconds": 12.0}),
+        model_id=MODEL_ID,
+        cancellation=CONFIRMED,
+    ),
+    AgentProfile(
+        "paced-effect",
+        ModelSpec(PACED, {"chunks": 30, "seconds": 8.0, "effect_first": True}),
+        model_id=MODEL_ID,
+        cancellation=CONFIRMED,
+        tools=(RECORD_EFFECT,),
+    ),
+    AgentProfile(
+        "paced-blocking",
+        ModelSpec(PACED, {**_PACED_OPTIONS, "blocking_first": True, "block_seconds": 5.0}),
+        model_id=MODEL_ID,
+        cancellation=CONFIRMED,
+        tools=(BLOCK_THREAD,),
+    ),
+]
+
 PROFILES = {profile.name: profile for profile in _ALL}
