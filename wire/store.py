@@ -502,11 +502,28 @@ class RecordStore:
     ) -> int:
         """Append under the lease. ``batch`` numbers a run's batches (1, 2, ...): resending
         a batch after its reply was lost cannot append it twice."""
+        keys, args = self.append_call(session_id, task_id, lease, entries, batch)
+        return int(await self._append(keys=keys, args=args))
+
+    def append_call(
+        self,
+        session_id: str,
+        task_id: str,
+        lease: str,
+        entries: Sequence[tuple[str, str, str]],
+        batch: int,
+    ) -> tuple[list[str], list[str]]:
+        """The append script's KEYS and ARGV (``scripts.APPEND``), to pipeline many."""
         args: list[str] = [lease, str(batch)]
         for kind, tag, payload in entries:
             args.extend((kind, tag, payload))
         keys = [self.keys.task(task_id), self.keys.lease(session_id), self.keys.events(task_id)]
-        return int(await self._append(keys=keys, args=args))
+        return keys, args
+
+    @property
+    def append_sha(self) -> str:
+        """The append script's SHA1 (``EVALSHA``)."""
+        return str(self._append.sha)
 
     def _settling_keys(self, session_id: str, task_id: str) -> list[str]:
         """KEYS of the scripts that may settle a task (``settle.lua``, ``cancel.lua``)."""

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from wire.backoff import CONNECTION_ERRORS, Outage
-from wire.store import RecordStore
+
+from .append_batcher import Appender
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,9 @@ class EventSink:
     """Seconds a failing append is retried; then the entries are dropped and the sink
     counts its lease as lost (a lease that could not be renewed that long has lapsed)."""
 
-    def __init__(self, store: RecordStore, session_id: str, task_id: str, lease: str) -> None:
+    def __init__(self, store: Appender, session_id: str, task_id: str, lease: str) -> None:
+        """``store``: where the batches go (the record store, or the process's
+        ``AppendBatcher``, which pipelines every run's appends)."""
         self._store = store
         self._session_id = session_id
         self._task_id = task_id
@@ -136,17 +139,19 @@ class EventSink:
         the task is terminal, -1 if the lease is not this run's, or if Redis stayed
         unreachable for ``retry_window``: a lease that could not be renewed that long has
         lapsed)."""
-        outage = Outage(
-            f"task {self._task_id}: appending events",
-            window=timedelta(seconds=self.retry_window),
-            logger=log,
-        )
+        outage: Outage | None = None  # made on the first failure: appends rarely fail
         while True:
             try:
                 written = await self._store.append(
                     self._session_id, self._task_id, self._lease, batch, number
                 )
             except CONNECTION_ERRORS as error:
+                if outage is None:
+                    outage = Outage(
+                        f"task {self._task_id}: appending events",
+                        window=timedelta(seconds=self.retry_window),
+                        logger=log,
+                    )
                 if outage.exhausted():
                     log.error(
                         "task %s: Redis unreachable for %.0f s; events dropped",
@@ -156,5 +161,6 @@ class EventSink:
                     return -1
                 await outage.back_off(error)
                 continue
-            outage.recovered()
+            if outage is not None:
+                outage.recovered()
             return written

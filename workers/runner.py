@@ -57,6 +57,7 @@ from wire.store import (
 )
 from wire.structured_output import parse_schema
 
+from .append_batcher import Appender
 from .approval_route import APPROVAL_METADATA
 from .claimer import ClaimedRun
 from .errors import (
@@ -132,6 +133,7 @@ class TaskRunner:
         pruner: CheckpointPruner | None = None,
         publish: Publish | None = None,
         renewer: LeaseRenewer | None = None,
+        appender: Appender | None = None,
     ) -> None:
         """``renewer``: the process's lease renewer (without one, leases are never renewed
         and lapse after one TTL: only for tests of a single short run)."""
@@ -144,6 +146,7 @@ class TaskRunner:
         self._pruner = pruner
         self._publish = publish
         self._renewer = renewer
+        self._appender: Appender = appender or store
 
     async def run_claimed(self, claimed: ClaimedRun) -> None:
         """Run a delivery claimed outside the loop (``workers.claimer``), whose lease the
@@ -181,7 +184,7 @@ class TaskRunner:
     ) -> None:
         task_id = live.task_id
         session_id = lease.session_id
-        sink = EventSink(self._store, session_id, task_id, lease.value)
+        sink = EventSink(self._appender, session_id, task_id, lease.value)
         sink.start()
         if resumed:
             what = "stopped and handed it back" if handed_back else "was lost"

@@ -29,6 +29,7 @@ from wire.settings import Settings
 from wire.store import RecordStore
 
 from .admission import RunAdmission
+from .append_batcher import AppendBatcher
 from .approval_route import CallerApprovalRoute
 from .checkpoints import FencedRedisSaver
 from .claimer import DeliveryClaimer
@@ -138,6 +139,7 @@ class _LoopState:
         self.token = uuid4().hex
         self.deleter = _Deleter(self.saver)
         self.renewer = LeaseRenewer(settings.redis_url, self.keys, settings.lease_ttl)
+        self.appends = AppendBatcher(self.redis, self.store)
         self.runner = TaskRunner(
             settings=settings,
             store=self.store,
@@ -153,6 +155,7 @@ class _LoopState:
             ),
             publish=_off_loop(republish) if republish is not None else None,
             renewer=self.renewer,
+            appender=self.appends,
         )
         self.claimer = DeliveryClaimer(
             settings, self.store, self.token, self.renewer, asyncio.get_running_loop()
@@ -202,6 +205,7 @@ class _LoopState:
         # Unanswered maintenance requests go back on the queue for another worker.
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.maintenance.leave(), timeout=2)
+        await self.appends.aclose()
         await asyncio.to_thread(self.renewer.stop)
         await asyncio.to_thread(self.claimer.close)
         for client in (self.redis, self.checkpoint_redis):
