@@ -138,7 +138,7 @@ class GuardedModelCall(AgentMiddleware[Any, Any, Any]):
         messages: list[BaseMessage] = list(request.messages)
         if request.system_message is not None:
             messages.insert(0, request.system_message)
-        final: BaseMessageChunk | None = None
+        chunks: list[BaseMessageChunk] = []
         finished = False
         observe: Callable[[BaseMessageChunk], None] | None = config.get("configurable", {}).get(
             CHUNK_OBSERVER
@@ -151,14 +151,15 @@ class GuardedModelCall(AgentMiddleware[Any, Any, Any]):
             async for chunk in stream:
                 if observe is not None:
                     observe(chunk)  # first: its event leaves before the merge below
-                final = chunk if final is None else final + chunk
+                chunks.append(chunk)  # merged once at the end: merging each is quadratic
                 finished = getattr(chunk, "chunk_position", None) == "last"
         except asyncio.CancelledError:
             # The model had already delivered its last chunk: completion won the race.
             if not finished:
                 raise
-        if final is None:
+        if not chunks:
             raise RuntimeError("the model streamed no message")
+        final = chunks[0] + chunks[1:] if len(chunks) > 1 else chunks[0]
         message = message_chunk_to_message(final)
         if not isinstance(message, AIMessage):
             raise RuntimeError(f"the model streamed a {type(message).__name__}")
