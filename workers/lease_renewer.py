@@ -152,18 +152,19 @@ class LeaseRenewer:
                 due.append(lease)
         if due:
             self._renew(due)
+        # A tick every quarter interval renews, in one round trip, every lease due
+        # within half an interval: each lease every half to whole interval, and few
+        # round trips however many leases. A deadline comes first if it is nearer.
         with self._lock:
             leases = tuple(self._leases.values())
-        if not leases:
-            return self._interval
-        now = time.monotonic()
-        # A lease not renewed since its claim is judged by its TTL, not by the deadline:
-        # its run waits for that first renewal (``SessionLease.ready``).
-        soonest = min(
-            min(lease.next_renewal, lease.valid_until if lease.confirmed else lease.lapses_by)
-            for lease in leases
-        )
-        return soonest - now
+        pause = self._interval / 4
+        if leases:
+            now = time.monotonic()
+            nearest = min(
+                lease.valid_until if lease.confirmed else lease.lapses_by for lease in leases
+            )
+            pause = min(pause, nearest - now)
+        return pause
 
     def _renew(self, leases: Sequence[SessionLease]) -> None:
         sent_at = time.monotonic()
