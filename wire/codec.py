@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from agent_harness_protocol import (
     AgentUsage,
     ApprovalRequirement,
@@ -83,10 +84,22 @@ DIAGNOSTIC = "d"
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON (every stream entry and record field): orjson, a fraction of the
+    standard library's cost per event; the standard library for what orjson refuses
+    (integers past 64 bits)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def loads(text: str | bytes) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass  # what orjson refuses (NaN, integers past 64 bits) the standard library reads
+    except TypeError as error:
+        raise DecodeError(f"not JSON: {error}") from error
     try:
         return json.loads(text)
     except (ValueError, TypeError) as error:
