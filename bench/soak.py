@@ -7,9 +7,10 @@ stalled past their lease, Redis restarts and malformed messages reach the queue.
     .venv/bin/python bench/soak.py --sessions 80 --tasks-per-session 25 --kill-every 3 --seed 7
 
 What runs: an embedded Redis 8 (search + JSON) on a free port; ``--workers`` separate
-``celery worker`` OS processes (``tooling.worker_process.WorkerProcess``, prefork,
-concurrency 2 each) with short lease settings (lease_ttl 3 s, sweep_interval 0.5 s, so a
-lost task is found and resumed within seconds); one ``harness.CeleryHarness`` in this
+``celery worker`` OS processes (``tooling.worker_process.WorkerProcess``; ``--pool
+threads``, the deployment's layout, 20 runs each, or ``--pool prefork``, 2 children each)
+with short lease settings (lease_ttl 3 s, sweep_interval 0.5 s, so a lost task is found
+and resumed within seconds); one ``harness.CeleryHarness`` in this
 process running ``--sessions`` sessions concurrently, each running its
 ``--tasks-per-session`` tasks one after another. The chat model
 (``bench.soak_model:SoakChatModel``, profile registry ``bench.soak_profiles:PROFILES``)
@@ -127,7 +128,7 @@ from rich.table import Table  # noqa: E402
 from bench.soak_model import call_key, calls_key, expected_reply, soak_prefix  # noqa: E402
 from harness import CeleryHarness  # noqa: E402
 from tooling.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig  # noqa: E402
-from tooling.worker_process import WorkerProcess  # noqa: E402
+from tooling.worker_process import Pool, WorkerProcess  # noqa: E402
 from wire.keys import Keys  # noqa: E402
 from wire.records import TaskField  # noqa: E402
 from wire.settings import Settings  # noqa: E402
@@ -259,8 +260,10 @@ class Chaos:
         kill_every: float,
         redis: aioredis.Redis,
         pause_share: float = 0.0,
+        pool: Pool = "threads",
     ) -> None:
         self.settings = settings
+        self.pool: Pool = pool
         self.size = size
         self.concurrency = concurrency
         self.log_dir = log_dir
@@ -285,7 +288,7 @@ class Chaos:
         worker = WorkerProcess(
             self.settings,
             concurrency=self.concurrency,
-            pool="prefork",
+            pool=self.pool,
             loglevel="info",
             log_path=self.log_dir / f"worker-{self._serial:03d}.log",
             name=f"soak-w{self._serial:03d}",
@@ -1216,14 +1219,23 @@ async def soak(args: argparse.Namespace, server: EmbeddedRedis, log_dir: Path) -
     )
     console.print(
         f"load: {args.sessions} sessions x {args.tasks_per_session} tasks = {planned}; "
-        f"{args.workers} workers (prefork, concurrency 2); kill every ~{args.kill_every:g} s "
+        f"{args.workers} workers ({args.pool}, concurrency {args.concurrency}); kill every "
+        f"~{args.kill_every:g} s "
         f"(x0.5-1.5); seed {args.seed}; deadline {args.deadline:g} s, stall timeout "
         f"{args.stall_timeout:g} s; worker logs {log_dir}"
     )
     control = aioredis.Redis.from_url(redis_url, decode_responses=True)
     origin_us = await redis_time_us(control)
     chaos = Chaos(
-        settings, args.workers, 2, log_dir, rng, args.kill_every, control, args.pause_share
+        settings,
+        args.workers,
+        args.concurrency,
+        log_dir,
+        rng,
+        args.kill_every,
+        control,
+        args.pause_share,
+        args.pool,
     )
     state = RunState()
     injector_errors: list[str] = []
@@ -1320,6 +1332,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks-per-session", type=int, default=None, help="default 20 (quick: 5)")
     parser.add_argument("--workers", type=int, default=3, help="worker processes (>= 2)")
     parser.add_argument(
+        "--pool",
+        choices=("threads", "prefork"),
+        default="threads",
+        help="worker layout: threads (the deployment's: every run of a process on its loop) "
+        "or prefork (one run per child)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="runs per worker process (default: 20 threads, 2 prefork children)",
+    )
+    parser.add_argument(
         "--kill-every", type=float, default=4.0, help="seconds between faults (kill or pause)"
     )
     parser.add_argument(
@@ -1364,6 +1389,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.workers < 2:
         parser.error("--workers must be at least 2 (one is always kept alive)")
+    if args.concurrency is None:
+        args.concurrency = 20 if args.pool == "threads" else 2
     if args.sessions is None:
         args.sessions = 10 if args.quick else 50
     if args.tasks_per_session is None:

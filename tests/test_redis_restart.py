@@ -46,7 +46,7 @@ from .support.waiting import wait_for
 
 pytestmark = pytest.mark.processes
 
-SLOTS = 4  # two worker processes, two prefork children each
+SLOTS = 4  # two worker processes, two runs each
 HELD_SESSIONS = 6  # with the streaming one: three run (held), three wait in the queue
 DOWN_SECONDS = 2.0
 STREAM_CHUNKS = 40  # the "streaming" profile: 40 chunks 50 ms apart, then the reply
@@ -148,9 +148,11 @@ async def test_redis_restart_keeps_queued_and_running_tasks_and_loses_no_event(
             await asyncio.to_thread(aof_redis.start)
             before_release = len(streaming.deltas())
 
-            # Every worker child's cancellation listener subscribed again.
+            # Every worker process's cancellation listener subscribed again (one per
+            # process: its runs share its loop).
             channel = keys.cancel_channel()
-            await wait_for(lambda: dict(client.pubsub_numsub(channel)).get(channel) == SLOTS)
+            listeners = len(restart_workers)
+            await wait_for(lambda: dict(client.pubsub_numsub(channel)).get(channel) == listeners)
             boundary.release()
             try:
                 async with asyncio.timeout(45):
