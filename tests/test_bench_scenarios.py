@@ -183,3 +183,171 @@ async def test_the_http_benchmark_runs_every_flow_to_completion(
         assert f"  {flow} " in printed, flow
     assert "FAILURES" not in printed
     assert not http_vs_harness.FAILURES
+
+
+# -- bench/scale.py ---------------------------------------------------------------------------
+
+
+@pytest.mark.processes
+async def test_the_scale_scenarios_count_every_task_and_every_chunk(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """``bench/scale.py`` on tiny sizes: real worker processes (threads and prefork), the
+    API process, the in-process reference; every task completes with each of its chunks
+    received once, in order, and the counters the report rests on were taken."""
+    from bench import scale, scale_results
+
+    plan = scale_results.Plan(
+        tasks=6,
+        processes=2,
+        runs_per_process=8,
+        prefork_tasks=2,
+        prefork_concurrency=2,
+        sse_streams=3,
+        model_seconds=1.0,
+        warm_up_per_process=1,
+        task_timeout=60.0,
+        quiet_wait=0.0,  # a test does not wait for the machine
+    )
+    bench = scale.Bench(redis_url, None, plan, tmp_path)
+    results = scale_results.Results()
+    threads, workers, settings = await scale.scenario_threads(bench)
+    try:
+        results.threads = threads
+        results.sse = await scale.scenario_sse(bench, workers, settings)
+    finally:
+        await scale.stop_workers(workers)
+    results.prefork = await scale.scenario_prefork(bench)
+    results.reference = await scale.scenario_reference(bench)
+
+    for result, tasks in (
+        (results.threads, plan.tasks),
+        (results.prefork, plan.prefork_tasks),
+        (results.reference, plan.tasks),
+        (results.sse, plan.sse_streams),
+    ):
+        assert result is not None
+        streams = result.streams
+        assert streams.started == streams.completed == tasks
+        assert streams.received == streams.expected == plan.chunks * tasks
+        assert (streams.lost, streams.duplicates, streams.disordered, streams.gaps) == (0, 0, 0, 0)
+        assert streams.fates == {"Completed": tasks}
+        assert result.peak_all >= 1
+        assert result.cpu.wall > 0
+    assert len(results.threads.streams.latencies) == plan.chunks * plan.tasks
+    assert len(results.sse.streams.latencies) == plan.chunks * plan.sse_streams
+    # The reference streams no deltas: one whole message (and latency) per task.
+    assert results.reference.streams.whole_messages == len(results.reference.streams.latencies)
+    assert results.reference.streams.whole_messages == plan.tasks
+    for run, tasks in (
+        (results.threads, plan.tasks),
+        (results.prefork, plan.prefork_tasks),
+        (results.reference, plan.tasks),
+    ):
+        assert run.calls.tasks_called == tasks
+        assert run.calls.calls == tasks + run.calls.extra
+        assert sum(peak.inflight for peak in run.samples.peaks.values()) >= 1
+    # The model ran in the threads workers' own processes, and in the prefork pool children.
+    assert 1 <= len(results.threads.peak_by_pid) <= plan.processes
+    assert 1 <= len(results.prefork.peak_by_pid) <= plan.prefork_concurrency
+    assert results.threads.samples.connections_at_peak.get("caller", 0) >= 1
+    assert results.sse.samples.connections_at_peak.get("api", 0) >= 1
+    assert results.failures() == []
+
+
+def test_a_lost_repeated_or_reordered_chunk_fails_the_scale_run() -> None:
+    from bench.scale_results import Results, RunResult, Streams
+
+    def ok(stamped: list[int]) -> str:
+        return "".join(f"[{index}@{1000 + index}]" for index in stamped)
+
+    streams = Streams(chunks=3)
+    streams.started = 5
+    streams.account([0, 1, 2], "Completed", ok([0, 1, 2]), "fine")
+    streams.account([0, 2], "Completed", ok([0, 1, 2]), "a chunk lost on the way")
+    streams.account([0, 1, 1, 2], "Completed", ok([0, 1, 2]), "a chunk twice")
+    streams.account([1, 0, 2], "Completed", ok([0, 1, 2]), "out of order")
+    streams.account([0, 1], "Failed", "", "the task failed")
+    assert streams.completed == 1
+    assert streams.not_completed == 4
+    assert (streams.lost, streams.duplicates, streams.disordered) == (2, 1, 1)
+    assert streams.fates["Completed"] == 1
+    assert streams.fates["Completed(chunks lost or repeated on the way)"] == 2
+    assert streams.fates["Completed(chunks out of order on the way)"] == 1
+    assert streams.fates["Failed"] == 1
+
+    clean = Streams(chunks=3)
+    clean.started = 1
+    clean.account([0, 1, 2], "Completed", ok([0, 1]), "the output lacks a chunk")
+    assert clean.completed == 0
+
+    from bench.scale_results import Calls, CpuWindow, Samples
+
+    results = Results(
+        threads=RunResult("a", "layout", streams, CpuWindow(), Samples({}), {}, 0, Calls())
+    )
+    found = results.failures()
+    assert any("4 of 5 tasks did not complete" in line for line in found)
+    assert any("2 of 15 chunks never arrived" in line for line in found)
+    assert any("1 chunks arrived twice" in line for line in found)
+    assert Results().failures() == []
+
+
+def test_the_scale_results_page_replaces_only_its_own_section(tmp_path: Path) -> None:
+    from bench.scale_report import SECTION, write_section
+
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmark results\n\n## other bench\n\nkept\n")
+    write_section(page, "first run")
+    write_section(page, "second run")
+    text = page.read_text()
+    assert text.count(SECTION) == 1
+    assert "second run" in text
+    assert "first run" not in text
+    assert "## other bench\n\nkept" in text
+
+
+def test_py_spy_raw_output_is_summed_by_leaf_function() -> None:
+    from bench.scale_probes import by_package, self_time
+
+    raw = "\n".join(
+        [
+            "<module> (a.py:1);run (b.py:10);encode (c.py:5) 7",
+            "<module> (a.py:1);run (b.py:11);encode (c.py:6) 3",
+            "<module> (a.py:1);EpollSelector.select (selectors.py:468) 40",
+            'process 12:"python -m celery";thread (0x7f) 2',
+            "<module> (a.py:1);run (b.py:12) 5",
+        ]
+    )
+    samples, waiting, top = self_time(raw)
+    assert (samples, waiting) == (55, 40)
+    assert top == (("encode (c.py)", 10), ("run (b.py)", 5))
+    assert by_package(raw) == (("c", 10), ("b", 5))
+
+
+async def test_redis_connections_are_matched_to_this_process_by_its_sockets(
+    redis_url: str,
+) -> None:
+    import os
+    from urllib.parse import urlsplit
+
+    import redis.asyncio as aioredis
+
+    from bench.scale_probes import redis_clients_of
+
+    port = urlsplit(redis_url).port or 6379
+    probe = aioredis.Redis.from_url(redis_url, client_name="probe")
+    held = [aioredis.Redis.from_url(redis_url) for _ in range(3)]
+    mine = {"me": os.getpid()}
+    try:
+        await probe.ping()
+        before = (await redis_clients_of(probe, mine, port, exclude=["probe"]))["me"]
+        for client in held:
+            await client.ping()  # each keeps its connection open in its pool
+        after = (await redis_clients_of(probe, mine, port, exclude=["probe"]))["me"]
+        assert after == before + 3
+    finally:
+        for client in held:
+            await client.aclose()
+            await client.connection_pool.disconnect()
+        await probe.aclose()
