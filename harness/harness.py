@@ -58,6 +58,7 @@ from .redis_errors import reported
 from .responses import ResponderFactory
 from .runtime import CallerRuntime, PublisherFactory
 from .session import CelerySession
+from .stream_reader import StreamReader
 from .task import CeleryTask
 
 
@@ -140,6 +141,12 @@ class CeleryHarness(AgentHarness, PersistentSessions):
 
     def validate(self, spec: SessionSpec) -> CompatibilityReport:
         return validate_session(self._profile, spec)
+
+    @property
+    def stream_reader(self) -> StreamReader:
+        """The one reader of every task stream this harness's handles follow, on one
+        connection of its own; the HTTP API's event streams follow theirs through it too."""
+        return self._open().reader
 
     def _open(self) -> CallerRuntime:
         if self._runtime is None:

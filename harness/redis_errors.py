@@ -6,14 +6,15 @@ have happened:
 
 * **refused**: the command never reached a Redis that would run it: the connection
   could not be made (refused, unreachable, unresolvable), a pooled connection was found
-  broken before the command was sent, or Redis refused the command itself (``OOM`` at
+  broken before the command was sent, the bounded pool had no free connection in time
+  (``harness.connections``), or Redis refused the command itself (``OOM`` at
   ``maxmemory`` with ``noeviction``, ``READONLY`` replica, ``LOADING``). A refused Lua
   script wrote nothing: Redis refuses it at its first write.
 * **unknown**: the command was sent and the reply was lost (reset, timeout, closed by
   the server): it may have run.
 
 The classification relies on each command being sent once: the caller's connection pool
-(``CallerRuntime.open``) has no redis-py retry, so a refusal is the refusal of the only
+(``harness.connections.caller_pool``) has no redis-py retry, so a refusal is the refusal of the only
 attempt, never of a retry after an attempt that may have run.
 
 Either way the caller gets :class:`HarnessTransportError` (or, for a start whose run
@@ -40,7 +41,13 @@ class Fate(StrEnum):
 
 
 _REFUSED_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL}
-_REFUSED_TEXT = ("Error connecting", "connecting to", "Connection refused", "Connection has data")
+_REFUSED_TEXT = (
+    "Error connecting",
+    "connecting to",
+    "Connection refused",
+    "Connection has data",
+    "No connection available",  # a bounded pool had no free connection: nothing was sent
+)
 
 
 def fate(error: BaseException) -> Fate:

@@ -1,4 +1,8 @@
-"""State shared by one harness and the sessions and tasks it owns."""
+"""State shared by one harness and the sessions and tasks it owns.
+
+Its Redis connections are few and fixed (``harness.connections``): a bounded pool for
+commands, the publisher's own, and the one connection of the stream reader that follows
+every task stream of its handles."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from typing import Any, Protocol
 from uuid import uuid4
 
 from agent_harness_protocol import HarnessTransportError, SessionId
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -23,8 +27,10 @@ from wire.redis_options import pool_options
 from wire.settings import Settings
 from wire.store import RecordStore
 
+from .connections import POOL_SIZE, caller_pool, client_name
 from .errors import RedisModulesMissingError
 from .responses import Responder, ResponderFactory
+from .stream_reader import StreamReader
 from .transport import Publisher, TaskPublisher
 
 log = logging.getLogger(__name__)
@@ -54,9 +60,9 @@ def _observe(task: asyncio.Future[Any]) -> None:
 @dataclass(eq=False)
 class CallerRuntime:
     """The one object a harness shares with its session and task handles: settings,
-    clients, the record store, the publisher, the open sessions and background work.
-    Handles reach each other's state only through it (or Redis), never through another
-    handle."""
+    clients, the record store, the publisher, the stream reader, the open sessions and
+    background work. Handles reach each other's state only through it (or Redis), never
+    through another handle."""
 
     settings: Settings
     profile: AgentProfile
@@ -73,6 +79,14 @@ class CallerRuntime:
     _heartbeat: asyncio.Task[None] | None = None
     _checkpoint_redis: Redis | None = None
     """A client of the checkpoint Redis, only when it is not the records' Redis."""
+    reader: StreamReader = field(init=False)
+    """Follows every task stream of this runtime's handles, on one connection of its own
+    (its loop starts with the first subscription)."""
+
+    def __post_init__(self) -> None:
+        self.reader = StreamReader.open(
+            self.settings.redis_url, self.redis, self.spawn, client_name=client_name()
+        )
 
     @classmethod
     def open(
@@ -82,13 +96,7 @@ class CallerRuntime:
         publisher_factory: PublisherFactory | None = None,
         responder_factory: ResponderFactory | None = None,
     ) -> CallerRuntime:
-        pool = BlockingConnectionPool.from_url(
-            settings.redis_url,
-            max_connections=settings.redis_max_connections,
-            timeout=30,
-            decode_responses=True,
-            **pool_options(),  # reconnect connections a restarted Redis closed
-        )
+        pool = caller_pool(settings.redis_url, POOL_SIZE, decode_responses=True)
         redis = Redis(connection_pool=pool)
         keys = Keys(settings.namespace)
         store = RecordStore(redis, keys, settings.task_retention)
@@ -114,7 +122,9 @@ class CallerRuntime:
         client = self.redis
         if url != self.settings.redis_url:
             if self._checkpoint_redis is None:
-                self._checkpoint_redis = Redis.from_url(url, **pool_options())
+                self._checkpoint_redis = Redis.from_url(
+                    url, client_name=client_name(), **pool_options()
+                )
             client = self._checkpoint_redis
         try:
             missing = await missing_modules(client, url)
@@ -185,6 +195,7 @@ class CallerRuntime:
             task.cancel()
         if self.background:
             await asyncio.wait(tuple(self.background), timeout=1)
+        await self.reader.aclose()
         for client in filter(None, (self.redis, self._checkpoint_redis)):
             await client.aclose()
             await client.connection_pool.disconnect()

@@ -1,22 +1,23 @@
 """The caller-side handle of one delegated task.
 
-One background reader per handle follows the task's Redis Stream from its first entry,
-updates the ``state`` snapshot and ``pending_interactions``, and feeds every ``events()``
-and ``diagnostics()`` subscription through its own bounded buffer. Each interaction is
-resolved at most once in a handle's events: a resolution this handle made locally (a
-cancellation clearing it, an unconfirmed response) is not repeated when the stream
-brings the durable one. The terminal entry is written by the one
-atomic settle script, so every reader of every process sees the same single outcome.
+Each handle follows the task's Redis Stream from its first entry through its runtime's
+one stream reader (``harness.stream_reader``: one connection for every task the process
+follows), updates the ``state`` snapshot and ``pending_interactions``, and feeds every
+``events()`` and ``diagnostics()`` subscription through its own bounded buffer. Each
+interaction is resolved at most once in a handle's events: a resolution this handle made
+locally (a cancellation clearing it, an unconfirmed response) is not repeated when the
+stream brings the durable one. The terminal entry is written by the one atomic settle
+script, so every reader of every process sees the same single outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, cast
+from datetime import datetime
+from typing import Any
 
 from agent_harness_protocol import (
     AgentTask,
@@ -52,11 +53,8 @@ from agent_harness_protocol import (
     WarningKind,
 )
 from agent_harness_protocol.diagnostics import TaskDiagnostics
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
-from wire.backoff import Outage
 from wire.codec import (
     DIAGNOSTIC,
     INTERACTION_TAG,
@@ -82,11 +80,9 @@ from .fanout import BoundedFanout
 from .info import SettledView, settled_view
 from .redis_errors import Fate, fate, reported
 from .runtime import CallerRuntime
+from .stream_reader import Follower, Mark, StreamEntry, Subscription
 
 log = logging.getLogger(__name__)
-
-_RECONNECT_FIRST_DELAY = timedelta(milliseconds=50)
-_RECONNECT_MAX_DELAY = timedelta(seconds=2)
 
 _STATE_OF_TERMINAL = {
     "TaskCompleted": TaskState.COMPLETED,
@@ -94,10 +90,6 @@ _STATE_OF_TERMINAL = {
     "TaskCancelled": TaskState.CANCELLED,
     "TaskUnresolved": TaskState.UNRESOLVED,
 }
-
-
-StreamEntry = tuple[str, dict[str, str]]
-"""One entry of a task's Redis Stream: its id and its fields."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +107,8 @@ def remote_cause(cause: RemoteCause) -> RemoteTaskError:
 
 class CeleryTask(AgentTask, TaskDiagnostics):
     reconnect_window: float = 60.0
-    """Seconds the event reader keeps reconnecting to an unreachable Redis before this
-    handle settles ``Unresolved(OBSERVATION_LOST)``."""
+    """Seconds the stream reader keeps reconnecting to an unreachable Redis before this
+    handle settles ``Unresolved(OBSERVATION_LOST)`` (read when the handle starts reading)."""
 
     def __init__(
         self,
@@ -150,7 +142,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         self._diagnostics = BoundedFanout[DiagnosticEvent](
             capacity, lambda n: DiagnosticGap(task_id, n)
         )
-        self._reader: asyncio.Task[None] | None = None
+        self._subscription: Subscription | None = None
         self._reads: BoundedFanout[StreamRead] | None = None
         self._settled_view: SettledView | None = None
         """The settled record's view its terminal entry carried (``None`` before, or when
@@ -385,9 +377,35 @@ class CeleryTask(AgentTask, TaskDiagnostics):
 
     # -- used by the session ------------------------------------------------------------
     def start_reading(self, *, confirm: bool = False) -> None:
-        """Follow the task's stream; ``confirm`` also marks its publish confirmed (the
-        mark rides on the first read: no round trip of its own)."""
-        self._reader = self._runtime.spawn(self._read(confirm))
+        """Follow the task's stream from its first entry until the terminal one.
+
+        A lost connection is retried by the runtime's stream reader from the last entry
+        this handle applied, so no entry is skipped or applied twice. Redis unreachable for
+        ``reconnect_window`` seconds ends this handle's observation: it settles
+        ``Unresolved(OBSERVATION_LOST)`` locally (the durable record, which cannot be
+        reached, stays authoritative for the task itself). So does any other failure (the
+        key is not a stream, an entry cannot be decoded), with its cause logged, except a
+        malformed diagnostic, which is skipped as a diagnostic gap.
+
+        ``confirm`` also marks the task's publish confirmed: the confirm-start script
+        (``EVALSHA``) rides in front of the reader's reads until it lands, no round trip of
+        its own (the sweeper may republish only a start whose publish was confirmed)."""
+        runtime = self._runtime
+        mark = None
+        if confirm:
+            store, task_id = runtime.store, self._id.value
+            mark = Mark(
+                store.confirm_start_sha,
+                (runtime.keys.task(task_id),),
+                lambda: store.confirm_start(task_id),  # loads the script (Redis restarted)
+                f"task {task_id}: confirming its start",
+            )
+        follower = Follower(
+            self._read_entries, self._reading_failed, self._lose_observation, self.reconnect_window
+        )
+        self._subscription = runtime.reader.subscribe(
+            runtime.keys.events(self._id.value), "0-0", follower, mark
+        )
 
     @property
     def settled(self) -> bool:
@@ -417,7 +435,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
                 lambda n: StreamRead((), dropped=n),
             )
         reads = self._reads.subscribe()
-        if self._outcome.done() or self._reader is None or self._reader.done():
+        if self._outcome.done() or self._subscription is None or self._subscription.closed:
             self._reads.close()
         return self._last_entry, reads
 
@@ -485,98 +503,32 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         self._outcome.set_result(outcome)
         self._events.close(event)
         self._diagnostics.close()
+        if self._subscription is not None:
+            self._subscription.close()
         if self._reads is not None:
             self._reads.close()
 
-    async def _read(self, confirm: bool = False) -> None:
-        """Follow the stream from its first entry until the terminal one; never dies
-        silently.
+    def _read_entries(self, entries: Sequence[StreamEntry]) -> None:
+        """The next entries of the task's stream, in order (from the stream reader)."""
+        if self._reads is not None:
+            self._reads.publish(StreamRead(tuple(entries)))
+        for entry_id, fields in entries:
+            self._last_entry = entry_id
+            self._apply(fields)
 
-        A lost connection (Redis restarting, a network blip) is retried with backoff from
-        the last entry id this reader processed, so no entry is skipped or applied twice.
-        Redis unreachable for ``reconnect_window`` seconds ends this handle's observation:
-        it settles ``Unresolved(OBSERVATION_LOST)`` locally (the durable record, which
-        cannot be reached, stays authoritative for the task itself). So does any other
-        failure (the key is not a stream, an entry cannot be decoded), with its cause
-        logged, except a malformed diagnostic, which is skipped as a diagnostic gap.
-
-        ``confirm`` pipelines the confirm-start script (``EVALSHA``) with the reads until
-        it lands: the sweeper may republish only a start whose publish was confirmed."""
-        try:
-            await self._follow(confirm)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            log.exception("event stream of task %s failed; observation lost", self._id.value)
-            self._finish(
-                Unresolved(
-                    self._id,
-                    UnresolvedReason.OBSERVATION_LOST,
-                    f"the harness could not follow the task's event stream "
-                    f"({type(error).__name__}: {error}); the task may still run, and its "
-                    "outcome is recorded in its task record",
-                )
-            )
-
-    async def _next_entries(self, key: str, last: str, confirm: bool) -> tuple[Any, bool]:
-        """One read; with ``confirm`` the confirm mark rides in the same round trip.
-        Returns the reply and whether a confirmation is still owed."""
-        redis = self._runtime.redis
-        if not confirm:
-            return await redis.xread({key: last}, count=1024, block=2000), False
-        store = self._runtime.store
-        pipe = redis.pipeline(transaction=False)
-        pipe.evalsha(store.confirm_start_sha, 1, self._runtime.keys.task(self._id.value))
-        pipe.xread({key: last}, count=1024, block=2000)
-        marked, reply = await pipe.execute(raise_on_error=False)
-        if isinstance(reply, BaseException):
-            raise reply
-        if isinstance(marked, NoScriptError):
-            try:
-                await store.confirm_start(self._id.value)  # loads the script (Redis restarted)
-                marked = None
-            except RedisError as error:
-                marked = error
-        if isinstance(marked, BaseException):
-            # Owed until it lands (e.g. refused at maxmemory); the reads go on meanwhile.
-            log.warning("task %s: confirming its start failed: %s", self._id.value, marked)
-            return reply, True
-        return reply, False
-
-    async def _follow(self, confirm: bool) -> None:
-        key = self._runtime.keys.events(self._id.value)
-        last = "0-0"
-        outage = Outage(
-            f"event stream of task {self._id.value}",
-            first=_RECONNECT_FIRST_DELAY,
-            cap=_RECONNECT_MAX_DELAY,
-            window=timedelta(seconds=self.reconnect_window),
-            logger=log,
+    def _reading_failed(self, error: BaseException) -> None:
+        log.error(
+            "event stream of task %s failed; observation lost", self._id.value, exc_info=error
         )
-        while not self._outcome.done():
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise asyncio.CancelledError  # redis-py may have dropped it
-            try:
-                reply, confirm = await self._next_entries(key, last, confirm)
-            except (RedisConnectionError, RedisTimeoutError) as error:
-                if not outage.failing:
-                    log.info(
-                        "event stream of task %s: reconnecting from entry %s", self._id.value, last
-                    )
-                if outage.exhausted():
-                    self._lose_observation(outage.seconds(), error)
-                    return
-                await outage.back_off(error)
-                continue
-            outage.recovered()
-            streams = cast(list[tuple[str, list[StreamEntry]]], reply or [])
-            for _, entries in streams:
-                if self._reads is not None and entries:
-                    self._reads.publish(StreamRead(tuple(entries)))
-                for entry_id, fields in entries:
-                    last = self._last_entry = entry_id
-                    self._apply(fields)
+        self._finish(
+            Unresolved(
+                self._id,
+                UnresolvedReason.OBSERVATION_LOST,
+                f"the harness could not follow the task's event stream "
+                f"({type(error).__name__}: {error}); the task may still run, and its "
+                "outcome is recorded in its task record",
+            )
+        )
 
     def _raise(self, payload: InteractionPayload) -> None:
         key = payload.interaction_id

@@ -18,16 +18,16 @@ from urllib.parse import urlsplit
 from uuid import uuid4
 
 from celery import Celery
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from wire.celery_config import RUN_TASK, START_PRIORITY, celery_config
 from wire.kombu_transport import TRANSPORT_ALIAS
 from wire.messages import RunMessage
-from wire.redis_options import pool_options
 from wire.run_envelope import origin, queue_list, run_envelope
 from wire.settings import Settings
 
+from .connections import PUBLISHER_POOL_SIZE, caller_pool, client_name
 from .redis_errors import Fate, fate
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,7 @@ class TaskPublisher:
             "interval_start": 0.1,
             "interval_step": 0.2,
             "interval_max": 0.5,
+            "client_name": client_name(),
         }
         direct = urlsplit(settings.effective_broker_url).scheme == "redis" and not through_celery
         if direct:
@@ -101,12 +102,7 @@ class TaskPublisher:
         if self._broker is None:
             # No redis-py retry (as the caller's own pool, see harness.redis_errors): the
             # one attempt's error says whether the message left.
-            pool = BlockingConnectionPool.from_url(
-                self._settings.effective_broker_url,
-                max_connections=self._settings.redis_max_connections,
-                timeout=30,
-                **pool_options(),
-            )
+            pool = caller_pool(self._settings.effective_broker_url, PUBLISHER_POOL_SIZE)
             self._broker = Redis(connection_pool=pool)
         return self._broker
 

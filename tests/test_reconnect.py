@@ -1,5 +1,6 @@
 """Lost Redis connections, injected where they hurt: a worker's event append and a
-caller's event reader. (``test_redis_restart`` restarts a real Redis under load.)"""
+caller's stream reader (on its one connection, which follows every task stream of the
+process). (``test_redis_restart`` restarts a real Redis under load.)"""
 
 from __future__ import annotations
 
@@ -155,18 +156,19 @@ async def test_reader_resumes_after_lost_connections_without_gap_or_duplicate(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async with CeleryHarness(settings, profile="streaming") as harness:
-        runtime = harness._open()
-        real_xread = runtime.redis.xread
+        connection = harness.stream_reader.connection
+        real_send = connection.send_packed_command
         reads = 0
 
-        async def every_other_read_fails(*args: Any, **kwargs: Any) -> Any:
+        async def every_other_read_fails(command: Any, *args: Any, **kwargs: Any) -> Any:
             nonlocal reads
-            reads += 1
-            if reads % 2:
-                raise RedisConnectionError("Connection closed by server.")
-            return await real_xread(*args, **kwargs)
+            if any(b"XREAD" in part for part in command):  # a read, not the handshake
+                reads += 1
+                if reads % 2:
+                    raise RedisConnectionError("Connection closed by server.")
+            return await real_send(command, *args, **kwargs)
 
-        monkeypatch.setattr(runtime.redis, "xread", every_other_read_fails)
+        monkeypatch.setattr(connection, "send_packed_command", every_other_read_fails)
         session = await harness.create_session(SessionSpec())
         boundary.hold()
         task = await session.start_task(TaskRequest(TextInput("reconnecting reader")))
@@ -196,13 +198,14 @@ async def test_reader_ends_with_observation_lost_when_redis_stays_unreachable(
     monkeypatch.setattr(CeleryTask, "reconnect_window", 0.5)
     async with CeleryHarness(unserved, profile="confirmed") as harness:
         runtime = harness._open()
-        real_xread = runtime.redis.xread
+        connection = harness.stream_reader.connection
+        real_send = connection.send_packed_command
 
         async def unreachable(*args: Any, **kwargs: Any) -> Any:
             raise RedisConnectionError("Error 111 connecting to 127.0.0.1. Connection refused.")
 
         session = await harness.create_session(SessionSpec())
-        monkeypatch.setattr(runtime.redis, "xread", unreachable)
+        monkeypatch.setattr(connection, "send_packed_command", unreachable)
         task = await session.start_task(TaskRequest(TextInput("never observed")))
         events = task.events()
         outcome = await asyncio.wait_for(task.await_outcome(), 10)
@@ -213,7 +216,7 @@ async def test_reader_ends_with_observation_lost_when_redis_stays_unreachable(
         assert len(received) == 1
         assert isinstance(received[0], TerminalEvent)
         assert received[0].outcome == outcome
-        monkeypatch.setattr(runtime.redis, "xread", real_xread)
+        monkeypatch.setattr(connection, "send_packed_command", real_send)
         await runtime.redis.delete(unserved.queue)
 
 
@@ -226,8 +229,8 @@ async def test_observation_lost_keeps_the_partial_answer_the_handle_saw(
     async with CeleryHarness(
         settings, profile="outcome", run_metadata=boundary.run_metadata
     ) as harness:
-        runtime = harness._open()
-        real_xread = runtime.redis.xread
+        connection = harness.stream_reader.connection
+        real_send = connection.send_packed_command
 
         async def unreachable(*args: Any, **kwargs: Any) -> Any:
             raise RedisConnectionError("Error 111 connecting to 127.0.0.1. Connection refused.")
@@ -238,9 +241,9 @@ async def test_observation_lost_keeps_the_partial_answer_the_handle_saw(
         async for event in task.events():
             if getattr(event, "text", "") == "seen-before-the-loss":
                 break
-        monkeypatch.setattr(runtime.redis, "xread", unreachable)
+        monkeypatch.setattr(connection, "send_packed_command", unreachable)
         outcome = await asyncio.wait_for(task.await_outcome(), 10)
-        monkeypatch.setattr(runtime.redis, "xread", real_xread)
+        monkeypatch.setattr(connection, "send_packed_command", real_send)
         assert isinstance(outcome, Unresolved)
         assert outcome.reason is UnresolvedReason.OBSERVATION_LOST
         assert outcome.output == TextOutput("seen-before-the-loss", complete=False)

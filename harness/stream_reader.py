@@ -1,0 +1,623 @@
+"""One reader of every task stream a caller follows, on one connection of its own.
+
+A caller process follows its tasks' Redis Streams through one :class:`StreamReader` (one
+per ``CallerRuntime``): one loop sends ``XREAD COUNT 1024 BLOCK 2000 STREAMS k1 k2 ...
+id1 id2 ...`` over every followed key on one dedicated connection (not a pooled one) and
+hands each stream's entries, in order, to that key's subscriptions. Its connections do
+not grow with the number of followed tasks, and an idle followed task costs no round
+trip of its own.
+
+* A subscription that needs a read (a new key, an earlier position, a mark) while the
+  read blocks wakes it with ``CLIENT UNBLOCK <id>``, sent on a pooled connection, at most
+  one per blocked read: a new key's first read never waits for the block timeout. The
+  reader's id is asked with ``CLIENT ID`` in front of the first read after every
+  (re)connect (no round trip of its own).
+* A subscription receives every entry after the id it started from, once, in stream
+  order. Subscriptions of one key share its read, from the earliest of their positions.
+* A :class:`Mark` (a script call a subscription owes, such as the confirmation of a
+  task's publish) is pipelined in front of the next read until it lands: it costs no
+  round trip of its own. After a ``NOSCRIPT`` (a restarted Redis) one owed mark runs on a
+  pooled connection, which loads the script for the others.
+* Redis unreachable: the reader reconnects with backoff (``wire.backoff.Outage``) and
+  reads on from every subscription's position. A subscription is *lost* only once Redis
+  has been unreachable for its own ``window`` (counted from when it began following, if
+  that was later than the outage's start).
+* ``XREAD`` over many keys fails as a whole when one of them is not a stream
+  (``WRONGTYPE``): the reader asks for the ``TYPE`` of every key (one round trip) and
+  fails only the culprits' subscriptions. A follower whose callback raises (an entry it
+  cannot decode) is failed alone too.
+
+The packed command is cached: a read costs joining the encoded keys and ids (only a
+stream that moved has its id encoded again), not encoding every argument again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+
+from wire.backoff import CONNECTION_ERRORS, Outage
+from wire.redis_options import pool_options
+
+log = logging.getLogger(__name__)
+
+COUNT = 1024
+"""Entries per stream and read, at most."""
+BLOCK = timedelta(seconds=2)
+"""How long a read waits for entries; below redis-py's socket timeout (5 s)."""
+_FIRST_DELAY = timedelta(milliseconds=50)
+_MAX_DELAY = timedelta(seconds=2)
+_UNBLOCK_PAUSE_CAP = 0.05
+"""Seconds between attempts to unblock a read that has not reached Redis yet, at most."""
+_ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+
+StreamEntry = tuple[str, dict[str, str]]
+"""One entry of a task's Redis Stream: its id and its fields."""
+
+Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
+"""Runs background work (the runtime's ``spawn``: tracked, cancelled when it closes)."""
+
+
+def comes_after(entry_id: str, cursor: str) -> bool:
+    """Whether stream entry ``entry_id`` comes after ``cursor`` (both ``ms-seq`` ids)."""
+    first, _, second = entry_id.partition("-")
+    before, _, rest = cursor.partition("-")
+    return (int(first), int(second or 0)) > (int(before), int(rest or 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Follower:
+    """What receives one subscription's entries and its end. The reader calls these on its
+    loop and never waits for them: each returns at once."""
+
+    entries: Callable[[Sequence[StreamEntry]], None]
+    """The next entries, in order, never empty. Raising fails the subscription."""
+    failed: Callable[[BaseException], None]
+    """The stream cannot be read (its key is not a stream), or ``entries`` raised; the
+    subscription has ended."""
+    lost: Callable[[float, BaseException], None]
+    """Redis was unreachable for ``window`` seconds (how long, the last error); the
+    subscription has ended."""
+    window: float = 60.0
+    """Seconds of Redis unreachable before the subscription is lost (0: at once)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A script call a subscription owes Redis: ``EVALSHA sha len(keys) *keys``, pipelined
+    in front of the reader's reads until it lands."""
+
+    sha: str
+    keys: tuple[str, ...]
+    run: Callable[[], Awaitable[object]]
+    """The same call on a pooled connection, loading the script if Redis lost it."""
+    what: str
+    """Names the call in the log."""
+
+
+class Subscription:
+    """One follower of one stream key, from one position; ``close()`` ends it."""
+
+    __slots__ = ("_reader", "closed", "follower", "joined", "key", "last", "mark")
+
+    def __init__(
+        self,
+        reader: StreamReader,
+        key: str,
+        follower: Follower,
+        after: str,
+        joined: float,
+        mark: Mark | None,
+    ) -> None:
+        self._reader = reader
+        self.key = key
+        self.follower = follower
+        self.last = after
+        """The id of the last entry handed to the follower (or the one it started after)."""
+        self.joined = joined
+        self.mark = mark
+        self.closed = False
+
+    def close(self) -> None:
+        """Stop following (idempotent): no callback of the follower runs after it."""
+        self._reader._unsubscribe(self)
+
+
+class _Stream:
+    """One followed key: the id its next read starts after, and its subscriptions."""
+
+    __slots__ = ("changed", "cursor", "slot", "subscriptions")
+
+    def __init__(self, cursor: str, slot: int, changed: int) -> None:
+        self.cursor = cursor
+        self.slot = slot
+        """Its position in the packed command's keys and ids."""
+        self.changed = changed
+        """The last read sent when its cursor moved back (or it was added): that read's
+        reply for this key is not applied (the next read asks from the cursor)."""
+        self.subscriptions: list[Subscription] = []
+
+
+def _bulk(text: str) -> bytes:
+    data = text.encode()
+    return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+def _command(*parts: str) -> bytes:
+    return b"*%d\r\n%b" % (len(parts), b"".join(_bulk(part) for part in parts))
+
+
+_READ_HEAD = b"".join(
+    _bulk(part)
+    for part in ("XREAD", "COUNT", str(COUNT), "BLOCK", str(int(BLOCK.total_seconds() * 1000)))
+) + _bulk("STREAMS")
+_READ_ARGUMENTS = 6
+_CLIENT_ID = _command("CLIENT", "ID")
+
+
+def _fields(raw: Any) -> dict[str, str]:
+    if isinstance(raw, dict):
+        return raw
+    if not raw:
+        return {}
+    values = iter(raw)
+    return dict(zip(values, values, strict=False))
+
+
+class StreamReader:
+    """Reads every followed stream on ``connection``; unblocks its reads through
+    ``unblocker`` (a pooled client); runs its loop with ``spawn`` (lazily, at the first
+    subscription)."""
+
+    def __init__(
+        self, connection: AbstractConnection, unblocker: Redis, spawn: Spawn | None = None
+    ) -> None:
+        self.connection = connection
+        """The reader's own connection (``decode_responses``)."""
+        self._unblocker = unblocker
+        self._spawn: Spawn = spawn if spawn is not None else self._spawn_own
+        self._own: set[asyncio.Task[Any]] = set()
+        self._streams: dict[str, _Stream] = {}
+        self._order: list[str] = []
+        self._key_bulks: list[bytes] = []
+        self._id_bulks: list[bytes] = []
+        self._owed: dict[Subscription, None] = {}
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._client_id: int | None = None
+        self._generation = 0
+        """The number of reads sent so far."""
+        self._reading = 0
+        """The read in flight (its generation; 0: none)."""
+        self._unblocked = 0
+        """The read an unblock was sent for."""
+        self._down_since: float | None = None
+        self._closed = False
+        connection.register_connect_callback(self._forget_id)  # type: ignore[no-untyped-call]
+
+    @classmethod
+    def open(cls, url: str, unblocker: Redis, spawn: Spawn, **options: Any) -> StreamReader:
+        """A reader on a new connection to ``url`` (``options``: redis-py connection
+        options, such as ``client_name``)."""
+        pool = ConnectionPool.from_url(url, decode_responses=True, **options, **pool_options())
+        connection: AbstractConnection = pool.make_connection()  # type: ignore[no-untyped-call]
+        return cls(connection, unblocker, spawn)
+
+    @classmethod
+    def beside(cls, client: Redis) -> StreamReader:
+        """A reader of its own on a connection made as ``client``'s pool makes them,
+        unblocked through ``client``; its owner closes it (``aclose``)."""
+        pool = client.connection_pool
+        options = {**pool.connection_kwargs, "decode_responses": True}
+        return cls(pool.connection_class(**options), client)
+
+    @property
+    def followed(self) -> int:
+        """How many keys the reader follows."""
+        return len(self._streams)
+
+    def subscribe(
+        self, key: str, after: str, follower: Follower, mark: Mark | None = None
+    ) -> Subscription:
+        """Follow ``key`` from the entry after ``after`` (``0-0``: from its first); with
+        ``mark``, owe that script call until it lands.
+
+        Raises:
+            ValueError: ``after`` is not a stream entry id.
+            RuntimeError: the reader is closed.
+        """
+        if self._closed:
+            raise RuntimeError("the stream reader is closed")
+        if _ENTRY_ID.fullmatch(after) is None:
+            raise ValueError(f"not a stream entry id: {after!r}")
+        joined = asyncio.get_running_loop().time()
+        subscription = Subscription(self, key, follower, after, joined, mark)
+        stream = self._streams.get(key)
+        needs_read = stream is None or mark is not None
+        if stream is None:
+            stream = self._add(key, after)
+        elif comes_after(stream.cursor, after):
+            self._move(stream, after)
+            stream.changed = self._generation
+            needs_read = True
+        stream.subscriptions.append(subscription)
+        if mark is not None:
+            self._owed[subscription] = None
+        if needs_read:
+            self._changed()
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = self._spawn(self._run())
+        return subscription
+
+    async def follow(
+        self, key: str, after: str, *, idle: timedelta = BLOCK, capacity: int = 64
+    ) -> AsyncGenerator[tuple[StreamEntry, ...], None]:
+        """The entries of ``key`` after ``after``, one read at a time, and ``()`` after
+        each ``idle`` without any. The first Redis error ends it: it raises that error
+        (Redis unreachable, the key not a stream).
+
+        At most ``capacity`` reads wait here for a slow consumer; past them the
+        subscription pauses, and resumes from the last entry taken once they are."""
+        inbox = _Inbox(capacity)
+        last = after
+        inbox.subscription = self.subscribe(key, last, inbox.follower)
+        try:
+            while True:
+                if inbox.reads:
+                    read = inbox.reads.popleft()
+                    last = read[-1][0]
+                    yield read
+                elif inbox.error is not None:
+                    raise inbox.error
+                elif inbox.paused:
+                    inbox.paused = False
+                    inbox.subscription = self.subscribe(key, last, inbox.follower)
+                elif not await inbox.wait(idle.total_seconds()):
+                    yield ()
+        finally:
+            inbox.close()
+
+    async def aclose(self) -> None:
+        """Stop reading and close the connection; subscribing afterwards is refused."""
+        self._closed = True
+        tasks = set(self._own)
+        if self._loop_task is not None:
+            tasks.add(self._loop_task)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=1)
+        await self.connection.disconnect()
+
+    # -- the loop -----------------------------------------------------------------------
+    async def _run(self) -> None:
+        outage = Outage("task stream reader", first=_FIRST_DELAY, cap=_MAX_DELAY, logger=log)
+        while True:
+            if not self._streams:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                await self._read_once(outage)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # a defect: its subscriptions end, the loop goes on
+                log.exception("the task stream reader failed; its subscriptions end")
+                for subscription in self._subscriptions():
+                    self._fail(subscription, error)
+
+    async def _read_once(self, outage: Outage) -> None:
+        owed = tuple(subscription for subscription in self._owed if subscription.mark)
+        generation = self._generation + 1
+        try:
+            reply, outcomes = await self._exchange(owed)
+        except CONNECTION_ERRORS as error:
+            await self._wait_out(outage, error)
+            return
+        except ResponseError as error:
+            self._reachable(outage)
+            await self._isolate(error, outage)
+            return
+        self._reachable(outage)
+        self._dispatch(reply, generation)
+        await self._settle_marks(owed, outcomes)
+
+    async def _exchange(
+        self, owed: tuple[Subscription, ...]
+    ) -> tuple[Any, list[ResponseError | None]]:
+        """One round trip: ``CLIENT ID`` after a (re)connect, the owed marks, then the read.
+        Returns the read's reply and each mark's error (``None``: it landed)."""
+        connection = self.connection
+        identify = self._client_id is None or not connection.is_connected
+        commands = [_CLIENT_ID] if identify else []
+        for subscription in owed:
+            mark = subscription.mark
+            assert mark is not None
+            commands.append(_command("EVALSHA", mark.sha, str(len(mark.keys)), *mark.keys))
+        commands.append(self._read_command())
+        self._generation += 1
+        self._reading = self._generation
+        try:
+            await connection.send_packed_command(commands, check_health=False)
+            if identify:
+                self._client_id = int(await connection.read_response())
+            outcomes: list[ResponseError | None] = []
+            for _ in owed:
+                try:
+                    await connection.read_response()
+                    outcomes.append(None)
+                except ResponseError as error:
+                    outcomes.append(error)
+            return await connection.read_response(), outcomes
+        finally:
+            self._reading = 0
+
+    def _read_command(self) -> bytes:
+        arguments = _READ_ARGUMENTS + 2 * len(self._order)
+        return b"".join((b"*%d\r\n" % arguments, _READ_HEAD, *self._key_bulks, *self._id_bulks))
+
+    def _dispatch(self, reply: Any, generation: int) -> None:
+        if not reply:
+            return  # timed out, or unblocked
+        streams = reply.items() if isinstance(reply, dict) else reply
+        for key, raw in streams:
+            stream = self._streams.get(key)
+            if stream is None or not raw or stream.changed >= generation:
+                continue
+            entries = [(entry_id, _fields(fields)) for entry_id, fields in raw]
+            previous = stream.cursor
+            self._move(stream, entries[-1][0])
+            for subscription in tuple(stream.subscriptions):
+                self._deliver(subscription, entries, previous)
+
+    def _deliver(
+        self, subscription: Subscription, entries: list[StreamEntry], previous: str
+    ) -> None:
+        if subscription.closed:
+            return
+        if subscription.last != previous:  # it started later than the key's read
+            entries = [entry for entry in entries if comes_after(entry[0], subscription.last)]
+            if not entries:
+                return
+        subscription.last = entries[-1][0]
+        try:
+            subscription.follower.entries(entries)
+        except Exception as error:
+            self._fail(subscription, error)
+
+    async def _settle_marks(
+        self, owed: tuple[Subscription, ...], outcomes: list[ResponseError | None]
+    ) -> None:
+        reloaded = False
+        for subscription, error in zip(owed, outcomes, strict=True):
+            mark = subscription.mark
+            if subscription.closed or mark is None:
+                continue
+            failure: BaseException | None = error
+            if isinstance(error, NoScriptError):
+                if reloaded:
+                    continue  # the script is loaded now: the next read carries it again
+                reloaded = True
+                try:
+                    await mark.run()
+                    failure = None
+                except RedisError as again:
+                    failure = again
+            if failure is None:
+                subscription.mark = None
+                self._owed.pop(subscription, None)
+            else:
+                # Owed until it lands (e.g. refused at maxmemory); the reads go on.
+                log.warning("%s failed: %s", mark.what, failure)
+
+    # -- outages and failures -----------------------------------------------------------
+    async def _wait_out(self, outage: Outage, error: BaseException) -> None:
+        """Lose the subscriptions whose window has passed; back off until the next try
+        (or until the next window ends, whichever is first)."""
+        now = asyncio.get_running_loop().time()
+        if self._down_since is None:
+            self._down_since = now
+        pause: float | None = None
+        for subscription in self._subscriptions():
+            if subscription.closed:  # ended by another follower's callback meanwhile
+                continue
+            elapsed = now - max(self._down_since, subscription.joined)
+            left = subscription.follower.window - elapsed
+            if left <= 0:
+                subscription.close()
+                try:
+                    subscription.follower.lost(elapsed, error)
+                except Exception:
+                    log.exception("a stream follower failed on its loss")
+            elif pause is None or left < pause:
+                pause = left
+        try:
+            async with asyncio.timeout(pause):
+                await outage.back_off(error)
+        except TimeoutError:
+            pass
+
+    def _reachable(self, outage: Outage) -> None:
+        self._down_since = None
+        outage.recovered()
+
+    async def _isolate(self, error: ResponseError, outage: Outage) -> None:
+        """The read failed as a whole: fail the subscriptions of each key that is not a
+        stream; an error no key explains is waited out like an outage."""
+        keys = tuple(self._order)
+        try:
+            kinds = await self._types(keys)
+        except CONNECTION_ERRORS as failure:
+            await self._wait_out(outage, failure)
+            return
+        culprits = [key for key, kind in zip(keys, kinds, strict=True) if kind not in _READABLE]
+        if not culprits:
+            await self._wait_out(outage, error)
+            return
+        for key in culprits:
+            stream = self._streams.get(key)
+            for subscription in tuple(stream.subscriptions if stream is not None else ()):
+                self._fail(subscription, error)
+
+    async def _types(self, keys: tuple[str, ...]) -> list[str]:
+        connection = self.connection
+        await connection.send_packed_command(
+            [_command("TYPE", key) for key in keys], check_health=False
+        )
+        kinds: list[str] = []
+        for _ in keys:
+            try:
+                kinds.append(str(await connection.read_response()))
+            except ResponseError:
+                kinds.append("")
+        return kinds
+
+    def _fail(self, subscription: Subscription, error: BaseException) -> None:
+        if subscription.closed:
+            return
+        subscription.close()
+        try:
+            subscription.follower.failed(error)
+        except Exception:
+            log.exception("a stream follower failed on its failure")
+
+    # -- bookkeeping --------------------------------------------------------------------
+    def _forget_id(self, connection: AbstractConnection) -> None:
+        """On every (re)connect: the next read asks for the id ``CLIENT UNBLOCK`` names."""
+        self._client_id = None
+
+    def _changed(self) -> None:
+        """A read is needed: start one, or wake the blocked one (once per read)."""
+        self._wake.set()
+        reading = self._reading
+        if reading and self._unblocked != reading:
+            self._unblocked = reading
+            self._spawn(self._unblock(reading))
+
+    async def _unblock(self, generation: int) -> None:
+        """Wake read ``generation``; it then reads again, with every key. A read that has
+        not reached Redis yet is not blocked: try again until it is, or has returned."""
+        pause = 0.001
+        try:
+            while self._reading == generation:
+                client_id = self._client_id
+                if client_id is not None and await self._unblocker.client_unblock(client_id):
+                    return
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, _UNBLOCK_PAUSE_CAP)
+        except RedisError as error:
+            # The read returns by its block timeout anyway.
+            log.info("could not unblock the task stream reader: %s", error)
+
+    def _subscriptions(self) -> list[Subscription]:
+        return [s for stream in self._streams.values() for s in stream.subscriptions]
+
+    def _add(self, key: str, cursor: str) -> _Stream:
+        stream = _Stream(cursor, len(self._order), self._generation)
+        self._streams[key] = stream
+        self._order.append(key)
+        self._key_bulks.append(_bulk(key))
+        self._id_bulks.append(_bulk(cursor))
+        return stream
+
+    def _move(self, stream: _Stream, cursor: str) -> None:
+        stream.cursor = cursor
+        self._id_bulks[stream.slot] = _bulk(cursor)
+
+    def _unsubscribe(self, subscription: Subscription) -> None:
+        if subscription.closed:
+            return
+        subscription.closed = True
+        self._owed.pop(subscription, None)
+        stream = self._streams.get(subscription.key)
+        if stream is None or subscription not in stream.subscriptions:
+            return
+        stream.subscriptions.remove(subscription)
+        if not stream.subscriptions:
+            self._remove(subscription.key, stream)
+
+    def _remove(self, key: str, stream: _Stream) -> None:
+        del self._streams[key]
+        slot, last = stream.slot, len(self._order) - 1
+        if slot != last:  # the last key takes its place
+            moved = self._order[last]
+            self._order[slot] = moved
+            self._key_bulks[slot] = self._key_bulks[last]
+            self._id_bulks[slot] = self._id_bulks[last]
+            self._streams[moved].slot = slot
+        self._order.pop()
+        self._key_bulks.pop()
+        self._id_bulks.pop()
+
+    def _spawn_own(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.create_task(work)
+        self._own.add(task)
+        task.add_done_callback(self._own.discard)
+        return task
+
+
+_READABLE = frozenset({"stream", "none"})
+"""Key types an ``XREAD`` accepts (a missing key is waited on)."""
+
+
+class _Inbox:
+    """The buffer between the reader and one ``follow()`` consumer."""
+
+    def __init__(self, capacity: int) -> None:
+        self.reads: deque[tuple[StreamEntry, ...]] = deque()
+        self.error: BaseException | None = None
+        self.paused = False
+        self.subscription: Subscription | None = None
+        self.follower = Follower(self._entries, self._failed, self._lost, window=0.0)
+        self._capacity = max(1, capacity)
+        self._wake = asyncio.Event()
+
+    def _entries(self, entries: Sequence[StreamEntry]) -> None:
+        self.reads.append(tuple(entries))
+        if len(self.reads) >= self._capacity:
+            self.paused = True
+            self.close()
+        self._wake.set()
+
+    def _failed(self, error: BaseException) -> None:
+        self.error = error
+        self._wake.set()
+
+    def _lost(self, seconds: float, error: BaseException) -> None:
+        self._failed(error)
+
+    async def wait(self, seconds: float) -> bool:
+        """Whether something arrived within ``seconds``."""
+        self._wake.clear()
+        try:
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def close(self) -> None:
+        if self.subscription is not None:
+            self.subscription.close()
+
+
+__all__ = [
+    "BLOCK",
+    "COUNT",
+    "Follower",
+    "Mark",
+    "StreamEntry",
+    "StreamReader",
+    "Subscription",
+    "comes_after",
+]
