@@ -25,14 +25,14 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
+from harness.connections import caller_pool
 from harness.errors import CeleryHarnessError
 from harness.harness import CeleryHarness
 from wire.keys import Keys
-from wire.redis_options import pool_options
 
 from . import sessions, tasks
 from .auth import Tenants, unauthorized
@@ -56,6 +56,9 @@ from .state import ApiState, api_state
 from .webhooks import Webhooks
 
 log = logging.getLogger(__name__)
+
+_EVENTS_POOL_SIZE = 4
+"""Pooled connections of the app's own reads of event streams and its readiness probe."""
 
 _DESCRIPTION = """\
 The thin HTTP submit API of the distributed Agent Harness Protocol harness: sessions,
@@ -98,14 +101,11 @@ def create_app(
         owned = harness is None
         used = harness if harness is not None else CeleryHarness()
         core = used.settings
+        # Event streams are followed by the harness's stream reader; this pool serves
+        # their other reads (backlogs, the last read after a settle) and the readiness
+        # probe: none of them blocks.
         events_redis = Redis(
-            connection_pool=BlockingConnectionPool.from_url(
-                core.redis_url,
-                max_connections=core.redis_max_connections,
-                timeout=30,
-                decode_responses=True,
-                **pool_options(),
-            )
+            connection_pool=caller_pool(core.redis_url, _EVENTS_POOL_SIZE, decode_responses=True)
         )
         webhooks = Webhooks(api_settings)
         app.state.api = ApiState(

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from datetime import timedelta
 from typing import Any, cast
 
 from agent_harness_protocol import (
@@ -42,6 +43,7 @@ from agent_harness_protocol import (
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from harness.stream_reader import StreamEntry, StreamReader, comes_after
 from harness.task import StreamRead
 from wire.codec import DIAGNOSTIC, diagnostic_from_entry, dumps, event_from_entry
 from wire.errors import DecodeError
@@ -99,8 +101,8 @@ EVENT_SCHEMA: dict[str, Any] = {
     },
 }
 
-_BLOCK_MS = 2000
-"""Below the client's socket timeout (redis-py: 5 s)."""
+_IDLE = timedelta(seconds=2)
+"""How long a stream waits for entries before it asks whether the task has settled."""
 _BATCH = 256
 
 _TERMINAL_NAMES = {
@@ -210,13 +212,6 @@ def _encode_read(
     return b"".join(chunk), last, False
 
 
-def _after(entry_id: str, cursor: str) -> bool:
-    """Whether stream entry ``entry_id`` comes after ``cursor``."""
-    first, _, second = entry_id.partition("-")
-    before, _, rest = cursor.partition("-")
-    return (int(first), int(second or 0)) > (int(before), int(rest or 0))
-
-
 async def task_events(
     redis: Redis,
     keys: Keys,
@@ -224,6 +219,8 @@ async def task_events(
     after: str,
     settled: Callable[[], Awaitable[bool]],
     reads: tuple[str, AsyncIterator[StreamRead]] | None = None,
+    *,
+    reader: StreamReader | None = None,
 ) -> AsyncIterator[bytes]:
     """The task's events after entry ``after`` (``0-0``: from the first), ending after
     the terminal one. ``settled()`` says whether the task is terminal or gone: a cursor
@@ -233,17 +230,19 @@ async def task_events(
     ``reads`` (a task handle's ``follow_reads()``) relays the reads of a handle of this
     process instead of reading the stream a second time; entries between ``after`` and
     the handle's position are read here first, and whatever the relay cannot give (it fell
-    behind, or its reader stopped before the terminal entry) is read here too."""
+    behind, or its reader stopped before the terminal entry) is read here too.
+
+    The stream is followed through ``reader`` (the harness's stream reader: one
+    connection for every stream of the process); without one, through a reader of its
+    own on a connection like ``redis``'s. ``redis`` serves the other reads."""
     key = keys.events(task_id)
     last = after
     if reads is not None:
         position, relayed = reads
         try:
-            if _after(position, last):
+            if comes_after(position, last):
                 backlog = await redis.xrange(key, f"({last}", position)
-                chunk, end, terminal = _encode_read(
-                    task_id, cast(list[tuple[str, dict[str, str]]], backlog or [])
-                )
+                chunk, end, terminal = _encode_read(task_id, cast(list[StreamEntry], backlog or []))
                 if end is not None:
                     last = end
                     yield chunk
@@ -252,7 +251,7 @@ async def task_events(
             async for read in relayed:
                 if read.dropped:
                     break  # fell behind: read the rest from the stream
-                fresh = [entry for entry in read.entries if _after(entry[0], last)]
+                fresh = [entry for entry in read.entries if comes_after(entry[0], last)]
                 chunk, end, terminal = _encode_read(task_id, fresh)
                 if end is not None:
                     last = end
@@ -264,10 +263,13 @@ async def task_events(
             return
         finally:
             await cast(Any, relayed).aclose()
-    while True:
-        try:
-            reply = await redis.xread({key: last}, count=_BATCH, block=_BLOCK_MS)
-            if not reply:
+    own = reader is None
+    following = StreamReader.beside(redis) if reader is None else reader
+    stream = following.follow(key, last, idle=_IDLE)
+    try:
+        async for batch in stream:
+            entries: Sequence[StreamEntry] = batch
+            if not entries:
                 if not await settled():
                     continue
                 # The terminal entry is appended in the same step that settles the
@@ -275,20 +277,26 @@ async def task_events(
                 reply = await redis.xread({key: last}, count=_BATCH)
                 if not reply:
                     return
-        except (RedisError, HarnessTransportError) as error:
-            # The client reconnects with the last id it received and misses nothing.
-            log.warning("event stream of task %s ended early: %s", task_id, type(error).__name__)
-            return
-        # Every entry one read returned goes out as one chunk: one send through the
-        # middleware and one socket write per read, not per event.
-        streams = cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply)
-        for _, entries in streams:
+                entries = cast(list[tuple[str, list[StreamEntry]]], reply)[0][1]
+            if entries and not comes_after(entries[0][0], last):
+                # Read here before the reader brought them: not sent twice.
+                entries = [entry for entry in entries if comes_after(entry[0], last)]
+            # Every entry one read returned goes out as one chunk: one send through the
+            # middleware and one socket write per read, not per event.
             chunk, end, terminal = _encode_read(task_id, entries)
             if end is not None:
                 last = end
                 yield chunk
             if terminal:
                 return
+    except (RedisError, HarnessTransportError) as error:
+        # The client reconnects with the last id it received and misses nothing.
+        log.warning("event stream of task %s ended early: %s", task_id, type(error).__name__)
+        return
+    finally:
+        await stream.aclose()
+        if own:
+            await following.aclose()
 
 
 __all__ = [

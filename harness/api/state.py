@@ -1,4 +1,4 @@
-"""What every request of one app shares: the harness, the handles, the event reader."""
+"""What every request of one app shares: the harness, the handles, the event reads."""
 
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ class ApiState:
     requests: RequestMetrics
     keys: Keys
     events_redis: Redis
-    """Reads task event streams (blocking reads, a pool of their own)."""
+    """Reads of task event streams besides following them (backlogs, the last read after
+    a settle) and the readiness probe; a small pool of its own. Streams are followed
+    through the harness's stream reader."""
 
 
 async def api_state(request: Request) -> ApiState:

@@ -479,7 +479,15 @@ def _events(
             return True  # its retention ended: no more entries will come
         return info.state.is_terminal
 
-    return event_stream(api.events_redis, api.keys, task_id, after, settled, reads)
+    return event_stream(
+        api.events_redis,
+        api.keys,
+        task_id,
+        after,
+        settled,
+        reads,
+        reader=api.harness.stream_reader,
+    )
 
 
 @router.get(
