@@ -259,6 +259,22 @@ class _GuardedQoS(kombu_redis.QoS):
                 raise
             log.warning("rejection of %s dropped: its connection is gone", delivery_tag)
 
+    def restore_unacked(self, client: Any = None) -> Any:
+        """Closing a channel whose connection is already gone (the consumer reconnecting
+        after Redis went away, while runs of this process are still in progress, as a
+        threads-pool worker's are) cannot put its unacknowledged messages back: kombu
+        would end the worker with an ``AttributeError``. They stay in the unacknowledged
+        set: a run still in progress acknowledges nothing on the new connection, its
+        message comes back after the visibility timeout and the claim drops it, and a run
+        that was lost meanwhile is resumed by the sweepers."""
+        try:
+            return super().restore_unacked(client)  # type: ignore[no-untyped-call]
+        except AttributeError:
+            if not _connection_gone(self.channel):
+                raise
+            log.warning("unacknowledged messages left for later: the connection is gone")
+            return None
+
 
 class _GuardedChannel(ReusingRedisChannel):
     Message = _GuardedMessage
