@@ -9,6 +9,7 @@ body message) and, for the connection, the HTTP client's own connection events.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from collections.abc import AsyncIterator, MutableMapping
 from dataclasses import dataclass
@@ -19,8 +20,10 @@ from uuid import uuid4
 
 import aiohttp
 import pytest
+from agent_harness_protocol import Cancelled
 from sse_starlette.sse import AppStatus
 
+from harness import CeleryHarness
 from harness.api.sse import PING, EventStream, FinalChunk
 from wire.settings import Settings
 
@@ -242,3 +245,12 @@ async def test_sigterm_to_the_api_process_ends_its_open_streams(
             assert response.content.at_eof()  # ended properly, not cut off
             assert not any(kind in rest for kind in TERMINAL)
         await asyncio.wait_for(api.process.wait(), 10)
+    # Leave nothing for the session worker's sweeper to settle during a later test: the
+    # never-claimed task is cancelled (settled at once, its session released with it).
+    data = first.decode().split("data:", 1)[1].strip()
+    task_id = json.loads(data)["id"]
+    unserved = settings.model_copy(update={"queue": nobody["AHP_QUEUE"]})
+    async with CeleryHarness(unserved) as harness:
+        task = await harness.attach_task(task_id, tenant="alpha")
+        await task.request_cancellation()
+        assert isinstance(await asyncio.wait_for(task.await_outcome(), 10), Cancelled)
