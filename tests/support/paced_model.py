@@ -28,19 +28,19 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
 from langchain_core.messages import AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.messages.tool import tool_call_chunk
-from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from langchain_core.outputs import ChatGenerationChunk
 from langchain_core.runnables.config import ensure_config
 from pydantic import PrivateAttr
 from redis.asyncio import BlockingConnectionPool, Redis
 
+from bench.streaming_model import AsyncStreamingChatModel
 from wire.redis_options import pool_options
 from wire.settings import Settings
 
@@ -60,7 +60,7 @@ def key(scope: str, name: str) -> str:
     return f"{PREFIX}{scope}:{name}"
 
 
-class PacedChatModel(BaseChatModel):
+class PacedChatModel(AsyncStreamingChatModel):
     chunks: int = 30
     seconds: float = 3.0
     effect_first: bool = False
@@ -87,24 +87,6 @@ class PacedChatModel(BaseChatModel):
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
         return self.bind(tools=tools, **{k: v for k, v in kwargs.items() if v is not None})
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        raise NotImplementedError("the paced model streams asynchronously only")
-
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        raise NotImplementedError("the paced model streams asynchronously only")
 
     async def _astream(
         self,
