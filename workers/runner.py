@@ -225,7 +225,8 @@ class TaskRunner:
         except _OutlivedBudget as outlived:
             run_ended = False
             await sink.drain()
-            lease.ending()
+            # Not ``lease.ending()``: the run goes on under its lease, and must stop
+            # when the renewer finds the lease lost.
             await self._settle(session_id, outlived.outcome, lease.value, run_ended=False)
             await self._outlive(outlived.execution, lease)
         except asyncio.CancelledError:
@@ -295,7 +296,7 @@ class TaskRunner:
                         interrupts = await graph.pending_interrupts(thread_id)
                         resume = await resume_values(self._store, live.task_id, interrupts)
                 except Exception as error:
-                    if isinstance(error, CONNECTION_ERRORS):
+                    if connection_lost(error):
                         raise
                     return _failed(task, error)
                 translator = TurnTranslator(
@@ -700,12 +701,23 @@ Redis that keeps failing the turn after that ends it ``Failed``, with the error.
 
 
 def _interrupted_by_redis(execution: asyncio.Task[Any]) -> bool:
-    """Whether the turn ended with an error saying Redis could not be reached."""
-    return (
-        execution.done()
-        and not execution.cancelled()
-        and isinstance(execution.exception(), CONNECTION_ERRORS)
-    )
+    """Whether the turn ended with an error saying Redis could not be reached, itself or
+    as the cause of another (redisvl raises ``RedisSearchError`` from the connection
+    error of a checkpoint search)."""
+    if not execution.done() or execution.cancelled():
+        return False
+    return connection_lost(execution.exception())
+
+
+def connection_lost(error: BaseException | None) -> bool:
+    """Whether ``error``, or an error it was raised from, is a lost Redis connection."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, CONNECTION_ERRORS):
+            return True
+        seen.add(id(error))
+        error = error.__cause__
+    return False
 
 
 def _settled_result(
