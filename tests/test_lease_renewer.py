@@ -34,8 +34,14 @@ TTL = timedelta(seconds=1.2)
 
 @pytest.fixture
 async def store(settings: Settings) -> AsyncIterator[RecordStore]:
+    """A namespace of its own, deleted afterwards: no key of these tests may expire
+    later, during another test's comparison of the keyspace."""
     client = AsyncRedis.from_url(settings.redis_url, decode_responses=True)
-    yield RecordStore(client, Keys(f"{settings.namespace}-renew-{uuid4().hex[:6]}"))
+    namespace = f"{settings.namespace}-renew-{uuid4().hex[:6]}"
+    yield RecordStore(client, Keys(namespace))
+    keys = [key async for key in client.scan_iter(match=f"{namespace}:*")]
+    if keys:
+        await client.delete(*keys)
     await client.aclose()
 
 
