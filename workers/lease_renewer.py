@@ -88,11 +88,6 @@ class LeaseRenewer:
         self.round_trips = 0
         """Pipelines sent so far (for tests and metrics)."""
 
-    @property
-    def interval(self) -> float:
-        """Seconds between two renewals of one lease."""
-        return self._interval
-
     def start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(
@@ -117,10 +112,6 @@ class LeaseRenewer:
     def remove(self, lease: SessionLease) -> None:
         with self._lock:
             self._leases.pop(id(lease), None)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._leases)
 
     # -- the thread --------------------------------------------------------------------
     def _serve(self) -> None:

@@ -39,8 +39,6 @@ class LoopLag:
         self._changed = threading.Condition()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self.held = 0
-        """Deliveries waiting at the gate right now."""
 
     def start(self) -> None:
         if self._thread is None:
@@ -69,20 +67,12 @@ class LoopLag:
     def wait_until_below(self, limit: float, stopping: threading.Event) -> bool:
         """Block the calling thread (never the loop's) until the lag is below ``limit``;
         False if ``stopping`` was set meanwhile."""
-        if self.current() < limit:
-            return True
-        with self._changed:
-            self.held += 1
-        try:
-            while not stopping.is_set() and not self._stopping.is_set():
-                if self.current() < limit:
-                    return True
-                with self._changed:
-                    self._changed.wait(self._every)
-            return False
-        finally:
+        while not stopping.is_set() and not self._stopping.is_set():
+            if self.current() < limit:
+                return True
             with self._changed:
-                self.held -= 1
+                self._changed.wait(self._every)
+        return False
 
     def _serve(self) -> None:
         while not self._stopping.wait(self._every):

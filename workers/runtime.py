@@ -309,16 +309,6 @@ class WorkerRuntime:
                 raise RuntimeStoppedError("the worker runtime stopped during the run") from None
             raise
 
-    @property
-    def loop_lag(self) -> float:
-        """Seconds: how late the loop runs what is handed to it (0 before it started)."""
-        return 0.0 if self._lag is None else self._lag.current()
-
-    @property
-    def runs_in_flight(self) -> int:
-        state = self._state
-        return 0 if state is None else len(state.runs)
-
     def run_task(self, task_id: str, session_id: str | None = None) -> RunSummary:
         """Run one delivered message; the task record's state and outcome once it ended.
 
