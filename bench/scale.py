@@ -56,10 +56,11 @@ Scenarios, all in one run:
 
 What the figures include: the model's bookkeeping (two short scripts per call) and the
 sampler's reads (an ``HGETALL`` every 0.2 s, ``CLIENT LIST`` at new highs and every 2 s,
-``/proc``) are in the CPU figures; the bench's own connections (the sampler's, the model's)
-are left out of the connection counts by their client names. The reference (e) publishes
-no deltas: the model's answer reaches its caller as one ``MessageCompleted`` after the
-graph step and its checkpoint write, so its latency is the last chunk's, one per task.
+``/proc``) are in the CPU figures; the bench's own connections (the sampler's, the
+counters', the model's) are left out of the connection counts by their client names. The
+reference (e) publishes no deltas: the model's answer reaches its caller as one
+``MessageCompleted`` after the graph step and its checkpoint write, so its latency is the
+last chunk's, one per task.
 The CPU that processes outside the run used meanwhile is printed under each window, with
 a warning from a tenth of the machine on: such figures are distorted.
 
@@ -174,6 +175,7 @@ TENANT = "bench"
 TOKEN = "bench-" + uuid4().hex
 SAMPLE_SECONDS = 0.2
 SAMPLER_NAME = "bench-scale-sampler"
+COUNTERS_NAME = "bench-scale-counters"
 
 
 # -- the processes under measurement --------------------------------------------------------
@@ -258,7 +260,7 @@ class Sampler:
                     self.client,
                     self.connections_of,
                     self.redis_port,
-                    exclude=(SAMPLER_NAME, CLIENT_NAME),
+                    exclude=(SAMPLER_NAME, COUNTERS_NAME, CLIENT_NAME),
                 )
                 for label, n in found.items():
                     self.samples.connections_max[label] = max(
@@ -375,7 +377,9 @@ class Counters:
     """The model's bench-only counters of one namespace."""
 
     def __init__(self, redis_url: str, namespace: str) -> None:
-        self.client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+        self.client = aioredis.Redis.from_url(
+            redis_url, decode_responses=True, client_name=COUNTERS_NAME
+        )
         self.keys = bench_keys(namespace)
         self.records = Keys(namespace)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -29,6 +30,7 @@ from wire.settings import Settings
 
 from .connections import PUBLISHER_POOL_SIZE, caller_pool, client_name
 from .redis_errors import Fate, fate
+from .revokes import RevokeBatcher
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +99,10 @@ class TaskPublisher:
         self._broker: Redis | None = None  # created on the first publish, on its loop
         self._sender = origin()
         self._reply_to = str(uuid4())
+        self._revokes = RevokeBatcher(self._broadcast_revoke)
+
+    def _broadcast_revoke(self, task_ids: Sequence[str]) -> None:
+        self._app.control.revoke(list(task_ids))
 
     def _broker_client(self) -> Redis:
         if self._broker is None:
@@ -145,7 +151,7 @@ class TaskPublisher:
     async def revoke(self, task_id: str) -> None:
         """Tell workers to discard the message; the durable cancel flag is authoritative."""
         try:
-            await asyncio.to_thread(self._app.control.revoke, task_id)
+            await self._revokes.revoke(task_id)
         except Exception:
             log.warning("revoke of %s not broadcast; the durable cancel flag still holds", task_id)
 
@@ -157,4 +163,5 @@ class TaskPublisher:
             await broker.connection_pool.disconnect()
 
     def close(self) -> None:
+        self._revokes.close()
         self._app.close()

@@ -19,6 +19,7 @@ import redis
 import redis.asyncio as aioredis
 from agent_harness_protocol import (
     AgentTask,
+    Cancelled,
     Completed,
     ObservationGap,
     SessionSpec,
@@ -307,6 +308,48 @@ async def test_a_caller_following_hundreds_of_tasks_holds_a_few_connections_and_
     for each in followed:
         assert each.received == _stored_events(sync_redis, keys, each.task.id.value)
         assert not any(isinstance(event, ObservationGap) for event in each.received)
+
+
+CANCELLED_TASKS = 300
+
+
+async def test_a_caller_cancelling_hundreds_of_tasks_at_once_holds_a_few_connections(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    """Every cancel broadcasts a revoke; a burst of them must not open a broker
+    connection per thread that sends one."""
+    monitor = aioredis.Redis.from_url(settings.redis_url, decode_responses=True)
+    baseline = await _caller_connections(monitor)
+    counts: list[int] = []
+
+    async def count_connections() -> None:
+        while True:
+            counts.append(await _caller_connections(monitor) - baseline)
+            await asyncio.sleep(0.02)
+
+    counting = asyncio.ensure_future(count_connections())
+    try:
+        boundary.hold()
+        async with CeleryHarness(settings, run_metadata=boundary.run_metadata) as harness:
+
+            async def start(index: int) -> AgentTask:
+                session = await harness.create_session(SessionSpec(), single_task=True)
+                return await session.start_task(TaskRequest(TextInput(f"cancelled {index}")))
+
+            tasks = await asyncio.gather(*(start(n) for n in range(CANCELLED_TASKS)))
+            await asyncio.gather(*(task.request_cancellation() for task in tasks))
+            async with asyncio.timeout(120):
+                outcomes = await asyncio.gather(*(task.await_outcome() for task in tasks))
+            await asyncio.sleep(0.1)  # one more count after the last revoke
+    finally:
+        boundary.release()
+        counting.cancel()
+        await monitor.aclose()
+    print(f"caller connections cancelling {CANCELLED_TASKS} tasks: {max(counts)} at most")
+    assert max(counts) <= CALLER_CONNECTIONS, max(counts)
+    assert all(isinstance(outcome, Cancelled) for outcome in outcomes), [
+        outcome for outcome in outcomes if not isinstance(outcome, Cancelled)
+    ][:3]
 
 
 async def test_a_task_stream_of_the_wrong_type_ends_only_its_own_handle(
