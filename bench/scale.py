@@ -57,10 +57,10 @@ Scenarios, all in one run:
 What the figures include: the model's bookkeeping (two short scripts per call) and the
 sampler's reads (an ``HGETALL`` every 0.2 s, ``CLIENT LIST`` at new highs and every 2 s,
 ``/proc``) are in the CPU figures; the bench's own connections (the sampler's, the
-counters', the model's) are left out of the connection counts by their client names. The
-reference (e) publishes no deltas: the model's answer reaches its caller as one
-``MessageCompleted`` after the graph step and its checkpoint write, so its latency is the
-last chunk's, one per task.
+counters', the model's, the worker readiness probe's) are left out of the connection
+counts by their client names. The reference (e) publishes no deltas: the model's answer
+reaches its caller as one ``MessageCompleted`` after the graph step and its checkpoint
+write, so its latency is the last chunk's, one per task.
 The CPU that processes outside the run used meanwhile is printed under each window, with
 a warning from a tenth of the machine on: such figures are distorted.
 
@@ -163,7 +163,12 @@ from bench.scale_results import (  # noqa: E402
 )
 from harness import CeleryHarness  # noqa: E402
 from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
-from tooling.worker_process import Pool, WorkerProcess, child_environment  # noqa: E402
+from tooling.worker_process import (  # noqa: E402
+    PROBE_CLIENT_NAME,
+    Pool,
+    WorkerProcess,
+    child_environment,
+)
 from wire.keys import Keys  # noqa: E402
 from wire.profiles import AgentProfile  # noqa: E402
 from wire.records import TaskField  # noqa: E402
@@ -260,7 +265,7 @@ class Sampler:
                     self.client,
                     self.connections_of,
                     self.redis_port,
-                    exclude=(SAMPLER_NAME, COUNTERS_NAME, CLIENT_NAME),
+                    exclude=(SAMPLER_NAME, COUNTERS_NAME, CLIENT_NAME, PROBE_CLIENT_NAME),
                 )
                 for label, n in found.items():
                     self.samples.connections_max[label] = max(

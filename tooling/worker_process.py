@@ -37,6 +37,7 @@ from wire.settings import Settings
 from .errors import WorkerProcessError
 
 __all__ = [
+    "PROBE_CLIENT_NAME",
     "PROJECT_ROOT",
     "Pool",
     "WorkerProcess",
@@ -50,6 +51,10 @@ Pool = Literal["prefork", "solo", "threads"]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 """The directory holding ``harness/``, ``workers/`` and ``wire/`` (and ``tests/``)."""
+
+PROBE_CLIENT_NAME = "ahp-worker-probe"
+"""The client name of the connections that ping a starting worker (``CLIENT LIST`` tells
+them from the caller's)."""
 
 
 def _env_value(value: object) -> str:
@@ -259,7 +264,12 @@ class WorkerProcess:
     def _wait_ready(self, timeout: float) -> str | None:
         deadline = time.monotonic() + timeout
         client = Celery("ahp-worker-probe", set_as_current=False)
-        client.conf.update(celery_config(self.settings))
+        config = celery_config(self.settings)
+        config["broker_transport_options"] = {
+            **config["broker_transport_options"],
+            "client_name": PROBE_CLIENT_NAME,
+        }
+        client.conf.update(config)
         client.conf.broker_connection_timeout = 1.0
         last_error = ""
         try:
