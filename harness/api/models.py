@@ -43,7 +43,12 @@ def _valid_unicode(value: str | None) -> str | None:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """A request body: unknown fields are refused, and every value must already be of
+    its field's JSON type (no ``"yes"`` or ``1`` for a boolean, no ``"5"`` for an
+    integer). Enumerations take their string values (``strict=False`` on those fields:
+    a body is parsed as Python objects, where a strict enum would want the enum)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class _Narrowing(_Strict):
@@ -108,7 +113,7 @@ class TaskBody(_Narrowing):
 
 
 class StartTask(TaskBody):
-    if_busy: IfBusyChoice = Field(default=IfBusyChoice.REJECT)
+    if_busy: IfBusyChoice = Field(default=IfBusyChoice.REJECT, strict=False)
 
 
 class OnCompletion(StrEnum):
@@ -132,6 +137,7 @@ class RunTask(TaskBody):
     )
     on_completion: OnCompletion = Field(
         default=OnCompletion.DELETE,
+        strict=False,
         description="``delete``: the session ends with this task. ``keep``: it stays open "
         "for more tasks until DELETE (a session and its first task in one request).",
     )
