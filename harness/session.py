@@ -183,6 +183,7 @@ class CelerySession(AgentSession):
                 if_busy=if_busy,
                 idempotency=idempotency,
                 idempotency_retention=self.runtime.settings.idempotency_retention,
+                queue=self.runtime.settings.queue,
             )
         except RedisError as error:
             if fate(error) is not Fate.REFUSED:

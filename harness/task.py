@@ -318,7 +318,8 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         """The task is due: publish its resume run. A failure is logged: the workers'
         sweeper publishes it again (the task is in the starting set)."""
         try:
-            await self._runtime.publisher.publish(self._id.value, self._session_id.value)
+            queue = await self._runtime.store.task_queue(self._id.value)
+            await self._runtime.publisher.publish(self._id.value, self._session_id.value, queue)
         except Exception as error:
             log.warning(
                 "publishing the resume of task %s failed (the sweeper will): %s",
@@ -485,7 +486,8 @@ class CeleryTask(AgentTask, TaskDiagnostics):
     # -- internals ----------------------------------------------------------------------
     async def _publish_promoted(self, task_id: str) -> None:
         try:
-            await self._runtime.publisher.publish(task_id, self._session_id.value)
+            queue = await self._runtime.store.task_queue(task_id)
+            await self._runtime.publisher.publish(task_id, self._session_id.value, queue)
         except Exception as error:
             log.warning("publishing queued task %s failed (the sweeper will): %s", task_id, error)
 

@@ -65,7 +65,11 @@ class Publisher(Protocol):
     thread; a publisher with connections on the event loop also has ``async aclose()``,
     which the harness awaits first."""
 
-    async def publish(self, task_id: str, session_id: str | None = None) -> None: ...
+    async def publish(
+        self, task_id: str, session_id: str | None = None, queue: str | None = None
+    ) -> None:
+        """Publish the task's run on ``queue`` (default: the caller's ``AHP_QUEUE``)."""
+        ...
 
     async def revoke(self, task_id: str) -> None: ...
 
@@ -112,8 +116,7 @@ class TaskPublisher:
             self._broker = Redis(connection_pool=pool)
         return self._broker
 
-    async def _push(self, message: RunMessage) -> None:
-        queue = self._settings.queue
+    async def _push(self, message: RunMessage, queue: str) -> None:
         envelope = run_envelope(
             queue,
             message.task_id,
@@ -124,27 +127,31 @@ class TaskPublisher:
         )
         await self._broker_client().lpush(queue_list(queue, START_PRIORITY), envelope)
 
-    def _publish(self, task_id: str, session_id: str | None) -> None:
+    def _publish(self, task_id: str, session_id: str | None, queue: str) -> None:
         message = RunMessage(self._settings.namespace, task_id, session_id)
         self._app.send_task(
             RUN_TASK,
             kwargs=message.kwargs(),
             task_id=task_id,
-            queue=self._settings.queue,
+            queue=queue,
             priority=START_PRIORITY,
             retry=False,
         )
 
-    async def publish(self, task_id: str, session_id: str | None = None) -> None:
+    async def publish(
+        self, task_id: str, session_id: str | None = None, queue: str | None = None
+    ) -> None:
+        """Publish the task's run on ``queue`` (default: this caller's ``AHP_QUEUE``)."""
+        queue = queue or self._settings.queue
         if self._direct:
             message = RunMessage(self._settings.namespace, task_id, session_id)
             try:
-                await self._push(message)
+                await self._push(message, queue)
             except (RedisError, OSError) as error:
                 raise PublishError(classify(error), error) from error
             return
         try:
-            await asyncio.to_thread(self._publish, task_id, session_id)
+            await asyncio.to_thread(self._publish, task_id, session_id, queue)
         except Exception as error:
             raise PublishError(classify(error), error) from error
 

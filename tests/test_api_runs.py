@@ -274,8 +274,10 @@ class _ClaimedThenLost:
         self._real = TaskPublisher(settings)
         self._boundary = boundary
 
-    async def publish(self, task_id: str, session_id: str | None = None) -> None:
-        await self._real.publish(task_id, session_id)
+    async def publish(
+        self, task_id: str, session_id: str | None = None, queue: str | None = None
+    ) -> None:
+        await self._real.publish(task_id, session_id, queue)
         await wait_for(lambda: self._boundary.calls_for(task_id))
         error = ConnectionResetError("connection reset before the acknowledgement arrived")
         raise PublishError(classify(error), error)

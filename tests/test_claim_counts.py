@@ -37,7 +37,9 @@ async def _started(store: RecordStore, persistent: bool = False) -> tuple[str, s
     """A new session with one started (unclaimed) task: ``(session id, task id)``."""
     session_id, task_id = uuid4().hex, uuid4().hex
     await store.create_session(session_id, {"persistent": "1" if persistent else "0"})
-    result, _ = await store.start_task(session_id, task_id, json.dumps({"text": "x"}))
+    result, _ = await store.start_task(
+        session_id, task_id, json.dumps({"text": "x"}), queue="claims"
+    )
     assert result.value == "ok", result
     return session_id, task_id
 

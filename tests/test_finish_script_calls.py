@@ -30,7 +30,7 @@ async def store(redis_url: str) -> AsyncIterator[RecordStore]:
 async def _claimed(store: RecordStore) -> tuple[str, str, str]:
     session_id, task_id = uuid4().hex, uuid4().hex
     await store.create_session(session_id, {"persistent": "0"})
-    await store.start_task(session_id, task_id, json.dumps({"text": "x"}))
+    await store.start_task(session_id, task_id, json.dumps({"text": "x"}), queue="scripts")
     claim = await store.claim(session_id, task_id, uuid4().hex, 60_000, _POLICY)
     assert claim.result is ClaimResult.CLAIMED
     for source in (scripts.APPEND, scripts.SETTLE):  # as a worker's earlier runs loaded them

@@ -80,14 +80,16 @@ class _FaultingPublisher:
         self.after: Callable[[], object] | None = None
         self.lose_acknowledgement = False
 
-    async def publish(self, task_id: str, session_id: str | None = None) -> None:
+    async def publish(
+        self, task_id: str, session_id: str | None = None, queue: str | None = None
+    ) -> None:
         before, after = self.before, self.after
         lose = self.lose_acknowledgement or self._always_lose
         self.before, self.after, self.lose_acknowledgement = None, None, False
         if before is not None:
             await asyncio.to_thread(before)
         try:
-            await self._real.publish(task_id, session_id)
+            await self._real.publish(task_id, session_id, queue)
         finally:
             if after is not None:
                 await asyncio.to_thread(after)
@@ -196,7 +198,10 @@ async def test_a_claim_of_a_released_sessions_task_settles_it_cancelled_without_
                 assert isinstance(await first.await_outcome(), Completed)
             task_id = uuid4().hex
             result, _ = await store.start_task(
-                session.id.value, task_id, dumps({"text": "claimed-after-release"})
+                session.id.value,
+                task_id,
+                dumps({"text": "claimed-after-release"}),
+                queue=settings.queue,
             )
             assert result is StartResult.OK
             await session.release()

@@ -72,7 +72,7 @@ async def _paused(
     """A claimed task whose run paused at one approval: ``(session, task, payload)``."""
     session_id, task_id = uuid4().hex, uuid4().hex
     await store.create_session(session_id, {"persistent": "0"})
-    await store.start_task(session_id, task_id, json.dumps({"text": "x"}))
+    await store.start_task(session_id, task_id, json.dumps({"text": "x"}), queue="scripts")
     claim = await store.claim(session_id, task_id, uuid4().hex, 60_000, _POLICY)
     assert claim.result is ClaimResult.CLAIMED
     payload = _payload(task_id, grant=grant)
@@ -195,7 +195,7 @@ async def test_cancellation_clears_pending_interactions_first_and_settles_a_paus
 async def test_a_run_cannot_pause_once_cancelled_or_without_its_lease(store: RecordStore) -> None:
     session_id, task_id = uuid4().hex, uuid4().hex
     await store.create_session(session_id, {"persistent": "0"})
-    await store.start_task(session_id, task_id, json.dumps({"text": "x"}))
+    await store.start_task(session_id, task_id, json.dumps({"text": "x"}), queue="scripts")
     claim = await store.claim(session_id, task_id, uuid4().hex, 60_000, _POLICY)
     payload = _payload(task_id)
     entry = [(payload.interaction_id, _json(payload))]

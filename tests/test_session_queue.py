@@ -166,7 +166,7 @@ async def test_a_promoted_task_nobody_published_is_published_by_the_sweeper(
         # A start whose message never left its (dead) caller holds the session.
         ghost = "ghost-of-a-dead-caller"
         result, _ = await store.start_task(
-            session.id.value, ghost, json.dumps({"text": "never published"})
+            session.id.value, ghost, json.dumps({"text": "never published"}), queue=settings.queue
         )
         assert result.value == "ok"
         queued = await session.start_task(_request("promoted-by-sweeper"), if_busy=ENQUEUE)

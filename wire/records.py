@@ -70,6 +70,11 @@ class TaskField(StrEnum):
     QUEUED = "queued"
     """``"1"`` while the task waits in its session's queue (``start_task.lua`` with the
     ``enqueue`` strategy); deleted when ``promote()`` starts it or it settles."""
+    QUEUE = "queue"
+    """The broker queue the task was started on (``start_task.lua``). Every later
+    message of the task goes there: the sweeper's republish, a resume, a promotion; a
+    worker's sweeper looks only at unclaimed starts of the queue it serves ('' on a
+    record written before the field existed: any queue's)."""
     IDEMPOTENCY = "idempotency"
     """The key of the ``Idempotency-Key`` record that started the task (``start_task.lua``),
     deleted with the task by a rollback."""

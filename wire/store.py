@@ -305,8 +305,10 @@ class RecordStore:
         if_busy: BusyPolicy = BusyPolicy.REJECT,
         idempotency: tuple[str, str] | None = None,
         idempotency_retention: timedelta = timedelta(hours=24),
+        queue: str,
     ) -> tuple[StartResult, str]:
-        """Claim the session and write the task record (see ``start_task.lua``).
+        """Claim the session and write the task record (see ``start_task.lua``); the task
+        runs on broker ``queue``.
 
         ``idempotency``: the client's key and a fingerprint of its request; a key used
         before answers ``REPLAY`` (same fingerprint) or ``REUSED`` with the earlier task."""
@@ -329,10 +331,15 @@ class RecordStore:
                 if_busy.value,
                 fingerprint,
                 max(1, int(idempotency_retention.total_seconds())),
+                queue,
             ],
         )
         values = [_text(item) for item in reply]
         return StartResult(values[0]), values[1] if len(values) > 1 else ""
+
+    async def task_queue(self, task_id: str) -> str | None:
+        """The broker queue the task was started on (None: not recorded)."""
+        return _text(await self.redis.hget(self.keys.task(task_id), TaskField.QUEUE)) or None
 
     async def rollback_start(self, session_id: str, task_id: str) -> bool:
         keys = [self.keys.session(session_id), self.keys.task(task_id), self.keys.starting()]
@@ -452,7 +459,7 @@ class RecordStore:
                 self.keys.broker_unacked(),
                 *self.keys.broker_queue_lists(queue),
             ],
-            args=[self.keys.task_prefix(), unclaimed_ms, holdoff_ms, max_search],
+            args=[self.keys.task_prefix(), unclaimed_ms, holdoff_ms, max_search, queue],
         )
         items = [_text(item) for item in reply]
         return list(zip(items[0::2], items[1::2], strict=True))

@@ -64,14 +64,14 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
             **guarded_transport_options(intake),
         }
 
-    def republish(task_id: str, session_id: str) -> None:
+    def republish(task_id: str, session_id: str, queue: str) -> None:
         # Publish retry stays off: the sweeper's hold-off decides when to try again.
         message = RunMessage(settings.namespace, task_id, session_id)
         app.send_task(
             RUN_TASK,
             kwargs=message.kwargs(),
             task_id=task_id,
-            queue=settings.queue,
+            queue=queue,
             priority=RESUME_PRIORITY,
             retry=False,
         )

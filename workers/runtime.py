@@ -103,13 +103,22 @@ class _Deleter(ThreadDeleter):
         await self._saver.adelete_thread(thread_id)
 
 
-def _off_loop(publish: Callable[[str, str], None]) -> Callable[[str, str], Awaitable[None]]:
-    """Celery's publish blocks: run it in a thread, off the worker's event loop."""
+Republish = Callable[[str, str, str], None]
+"""Publishes a run message again (blocking): ``republish(task_id, session_id, queue)``."""
 
-    async def publish_off_loop(task_id: str, session_id: str) -> None:
-        await asyncio.to_thread(publish, task_id, session_id)
 
-    return publish_off_loop
+def _on_its_queue(
+    publish: Republish, store: RecordStore, default_queue: str
+) -> Callable[[str, str], Awaitable[None]]:
+    """Publish a task's run on the queue its record names (the queue it was started on;
+    ``default_queue`` for a record older than that field), in a thread: Celery's publish
+    blocks, and must stay off the worker's event loop."""
+
+    async def publish_on_its_queue(task_id: str, session_id: str) -> None:
+        queue = await store.task_queue(task_id) or default_queue
+        await asyncio.to_thread(publish, task_id, session_id, queue)
+
+    return publish_on_its_queue
 
 
 class _LoopState:
@@ -119,7 +128,7 @@ class _LoopState:
         self,
         settings: Settings,
         profiles: Mapping[str, AgentProfile],
-        republish: Callable[[str, str], None] | None,
+        republish: Republish | None,
     ) -> None:
         self.settings = settings
         if settings.effective_checkpoint_url != settings.redis_url:
@@ -153,7 +162,11 @@ class _LoopState:
                 self.store,
                 settings.checkpoints_kept,
             ),
-            publish=_off_loop(republish) if republish is not None else None,
+            publish=(
+                _on_its_queue(republish, self.store, settings.queue)
+                if republish is not None
+                else None
+            ),
             renewer=self.renewer,
             appender=self.appends,
         )
@@ -171,7 +184,9 @@ class _LoopState:
         self.background: list[asyncio.Task[None]] = []
         self.sweeper: LeaseSweeper | None = None
         if republish is not None:
-            self.sweeper = LeaseSweeper(settings, self.store, _off_loop(republish))
+            self.sweeper = LeaseSweeper(
+                settings, self.store, _on_its_queue(republish, self.store, settings.queue)
+            )
 
     async def open(self) -> None:
         missing = await missing_modules(
@@ -230,10 +245,10 @@ class WorkerRuntime:
         settings: Settings,
         profiles: Mapping[str, AgentProfile] | None = None,
         *,
-        republish: Callable[[str, str], None] | None = None,
+        republish: Republish | None = None,
     ):
-        """``republish(task_id, session_id)`` publishes a run message again (from a worker
-        thread); without it this process does not sweep for lost tasks."""
+        """``republish(task_id, session_id, queue)`` publishes a run message again (from a
+        worker thread); without it this process does not sweep for lost tasks."""
         fail_fast_if_missing("langchain.schema")
         inline_untraced_spans()
         self.settings = settings

@@ -48,7 +48,9 @@ class ControlledPublisher:
         unreachable = f"redis://127.0.0.1:{closed_port()}/0"
         self._unreachable = TaskPublisher(settings.model_copy(update={"broker_url": unreachable}))
 
-    async def publish(self, task_id: str, session_id: str | None = None) -> None:
+    async def publish(
+        self, task_id: str, session_id: str | None = None, queue: str | None = None
+    ) -> None:
         boundary = self._boundary
         boundary.submissions += 1
         boundary.submitted.append(UnconfirmedStart(SessionId(session_id or "?"), task_id))
@@ -61,7 +63,7 @@ class ControlledPublisher:
         if mode is DeliveryMode.LOSE_BEFORE_ACCEPTANCE:
             error: OSError = TimeoutError("publish timed out before the broker answered")
             raise PublishError(classify(error), error)
-        await self._real.publish(task_id, session_id)
+        await self._real.publish(task_id, session_id, queue)
         boundary.accepted += 1
         boundary.accepted_ids.append(task_id)
         if mode is DeliveryMode.LOSE_AFTER_ACCEPTANCE:

@@ -2,29 +2,38 @@
 
 A test that waits to see that some start is *never* run must first show that the thing
 that would run it, the sweeper's look at unclaimed starts, actually happened during the
-watch. The canary is a start whose publish was confirmed but whose message can never be
-consumed: it is published, through a real harness and the real broker, to a side queue
-no worker listens on, so it sits in none of the deployment's queue lists, exactly like
-a message taken by a worker that died before the claim. Only the sweeper can make it
-run: when the model boundary sees the canary's call, a sweep looked at every start
-older than the canary and republished whatever it was going to republish.
+watch. The canary is a start on the deployment's queue whose publish was confirmed but whose
+message never reached the broker: a real harness starts it with a publisher that
+returns without sending, so its record says ``published`` and it sits in none of the
+queue lists, exactly like a message taken by a worker that died before the claim. Only
+the sweeper can make it run: when the model boundary sees the canary's call, a sweep
+looked at every start older than the canary and republished whatever it was going to
+republish.
 """
 
 from __future__ import annotations
 
 import asyncio
-from uuid import uuid4
 
 import redis
 from agent_harness_protocol import SessionSpec, TaskRequest, TextInput
 
 from harness import CeleryHarness
-from wire.keys import Keys
+from harness.transport import TaskPublisher
 from wire.settings import Settings
 
 from .boundary import ModelBoundary
 from .controlled_model import SCOPE
 from .waiting import wait_for
+
+
+class _Unsent(TaskPublisher):
+    """Reports every publish as done and sends nothing (revokes go out as usual)."""
+
+    async def publish(
+        self, task_id: str, session_id: str | None = None, queue: str | None = None
+    ) -> None:
+        return None
 
 
 def watch_seconds(settings: Settings) -> float:
@@ -50,17 +59,15 @@ async def prove_a_sweep(
         serving = await session.start_task(TaskRequest(TextInput("sweep-serving")))
         async with asyncio.timeout(within):
             await serving.await_outcome()
-    side = settings.model_copy(update={"queue": f"{settings.queue}.canary.{uuid4().hex[:6]}"})
-    async with CeleryHarness(side, profile="confirmed", run_metadata=scoped) as harness:
+    async with CeleryHarness(
+        settings, profile="confirmed", run_metadata=scoped, publisher_factory=_Unsent
+    ) as harness:
         session = await harness.create_session(SessionSpec())
         task = await session.start_task(TaskRequest(TextInput("sweep-canary")))
         canary = task.id.value
-        try:
-            await wait_for(lambda: boundary.calls_for(canary), within=within)
-            async with asyncio.timeout(within):
-                await task.await_outcome()
-        finally:
-            client.delete(*Keys.broker_queue_lists(side.queue))
+        await wait_for(lambda: boundary.calls_for(canary), within=within)
+        async with asyncio.timeout(within):
+            await task.await_outcome()
     return canary
 
 

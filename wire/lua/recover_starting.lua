@@ -1,7 +1,11 @@
 -- KEYS[1] starting set, KEYS[2] the broker's hash of taken-but-unacknowledged messages,
 -- KEYS[3..] the broker's lists of the run queue
 -- ARGV[1] task key prefix, ARGV[2] milliseconds a start may stay unclaimed, ARGV[3]
--- milliseconds before another sweep may republish it, ARGV[4] most broker messages to search
+-- milliseconds before another sweep may republish it, ARGV[4] most broker messages to
+-- search, ARGV[5] the run queue KEYS[3..] belong to
+-- Only starts of that queue are looked at: a start of another queue is left to the
+-- workers serving it (its message is in none of these lists, which proves nothing), and
+-- one of a queue no worker serves waits there.
 -- A task still 'starting' long after its start was taken by a worker that died before
 -- claiming it, or its message was dropped unclaimed: it is published again, but only when
 -- its message provably reached the broker: its publish was confirmed ('published' = 1,
@@ -18,18 +22,27 @@
 -- ARGV[4] messages (they are most likely waiting).
 --! include clock
 local now = now_ms()
+-- Up to 100 of this queue's starts are judged per pass, among the 1000 oldest stale ones
+-- (other queues' starts are passed over, so a queue no worker serves cannot starve it).
 local stale = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]),
-                         'LIMIT', 0, 100)
+                         'LIMIT', 0, 1000)
 local out = {}
 local due = {}
+local judged = 0
 for _, id in ipairs(stale) do
+  if judged >= 100 then break end
   local record = redis.call('HMGET', ARGV[1] .. id, 'state', 'recover_at', 'session',
-                            'published', 'resume')
+                            'published', 'resume', 'queue')
   -- A paused task answered by its caller is due for a resume run like a start.
   if record[1] ~= 'starting' and not (record[1] == 'awaiting_response' and record[5] == '1') then
     redis.call('ZREM', KEYS[1], id)
-  elseif tonumber(record[2] or '0') <= now then
-    table.insert(due, {id, record[3], record[4]})
+  elseif record[6] and record[6] ~= '' and record[6] ~= ARGV[5] then
+    -- Another queue's start: not this sweeper's to judge.
+  else
+    judged = judged + 1
+    if tonumber(record[2] or '0') <= now then
+      table.insert(due, {id, record[3], record[4]})
+    end
   end
 end
 if #due == 0 then return out end

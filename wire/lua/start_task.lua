@@ -3,7 +3,8 @@
 -- ARGV[6] is not ''), KEYS[7] task statistics
 -- ARGV[1] task id, ARGV[2] input JSON, ARGV[3] task key prefix, ARGV[4] session id,
 -- ARGV[5] 'reject' | 'enqueue' (when the session is busy), ARGV[6] request fingerprint
--- ('' without an idempotency key), ARGV[7] idempotency retention seconds
+-- ('' without an idempotency key), ARGV[7] idempotency retention seconds, ARGV[8] the
+-- broker queue the task runs on (kept in the record for every later message of it)
 -- Returns {'ok', created ms} | {'queued', created ms} | {'replay', task id}
 --         | {'reused', task id}
 --         | {'unknown'} | {'closed'} | {'unconfirmed', ref} | {'busy', task id}
@@ -45,7 +46,8 @@ if not waiting and redis.call('LLEN', KEYS[5]) > 0 then waiting = enqueue end
 local now = now_ms()
 -- 'published' turns 1 once the caller saw the publish return (see confirm_start.lua).
 redis.call('HSET', KEYS[2], 'session', ARGV[4], 'state', 'starting', 'input', ARGV[2],
-           'deliveries', 0, 'published', 0, 'created_ms', now, 'tenant', record[4] or '')
+           'deliveries', 0, 'published', 0, 'created_ms', now, 'tenant', record[4] or '',
+           'queue', ARGV[8])
 redis.call('HINCRBY', KEYS[7], 'started', 1)
 if ARGV[6] ~= '' then
   redis.call('SET', KEYS[6], ARGV[1] .. ' ' .. ARGV[6], 'EX', ARGV[7])
