@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import re
@@ -195,6 +196,8 @@ class CelerySession(AgentSession):
             replayed = CeleryTask(self.runtime, self._id, TaskId(detail), replayed=True)
             replayed.start_reading()
             return replayed
+        if result is StartResult.ADOPTED:
+            return await self._publish_adopted(TaskId(detail))
         if result is StartResult.REUSED:
             assert idempotency_key is not None
             raise IdempotencyKeyReusedError(idempotency_key, detail)
@@ -246,6 +249,32 @@ class CelerySession(AgentSession):
             # Its settle released the session: this handle has nothing left to release.
             task.when_settled(self._ended)
         return task
+
+    async def _publish_adopted(self, task_id: TaskId) -> CeleryTask:
+        """Publish the start an earlier attempt with the same key recorded and never
+        published (see ``StartResult.ADOPTED``). Not delivered: the adoption is undone
+        and the retry fails (safe to repeat). Delivery unknown: the task is followed as
+        replayed; the sweeper finds its message, or settles it once the unpublished-start
+        bound passes."""
+        store = self.runtime.store
+        try:
+            queue = await store.task_queue(task_id.value)
+            await self.runtime.publisher.publish(task_id.value, self._id.value, queue)
+        except (PublishError, RedisError) as error:
+            surely_not_sent = isinstance(error, RedisError) or (
+                isinstance(error, PublishError) and error.fate is PublishFate.NOT_DELIVERED
+            )
+            if not surely_not_sent:
+                log.warning("the adopted start %s may not have been delivered", task_id.value)
+                replayed = CeleryTask(self.runtime, self._id, task_id, replayed=True)
+                replayed.start_reading()
+                return replayed
+            with contextlib.suppress(RedisError):
+                await store.unadopt(task_id.value)
+            raise HarnessTransportError(f"task not delivered to the broker: {error}") from error
+        adopted = CeleryTask(self.runtime, self._id, task_id, replayed=True)
+        adopted.start_reading(confirm=True)
+        return adopted
 
     def _ended(self) -> None:
         self._closed = True

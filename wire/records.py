@@ -70,6 +70,10 @@ class TaskField(StrEnum):
     QUEUED = "queued"
     """``"1"`` while the task waits in its session's queue (``start_task.lua`` with the
     ``enqueue`` strategy); deleted when ``promote()`` starts it or it settles."""
+    ADOPTED = "adopted"
+    """Redis time (ms) at which a retry with the start's ``Idempotency-Key`` found it
+    never published and took its publish over (``start_task.lua``); a retry that could
+    not deliver it deletes the field again."""
     QUEUE = "queue"
     """The broker queue the task was started on (``start_task.lua``). Every later
     message of the task goes there: the sweeper's republish, a resume, a promotion; a

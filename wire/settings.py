@@ -84,6 +84,13 @@ class Settings(BaseSettings):
         default=timedelta(seconds=1),
         description="How often each worker looks for claimed tasks whose lease lapsed.",
     )
+    unpublished_start_timeout: timedelta = Field(
+        default=timedelta(seconds=60),
+        description="A start whose run message never reached the broker (its caller "
+        "stopped between recording and publishing it, and no retry with its "
+        "Idempotency-Key published it) is settled Failed after this long, freeing its "
+        "session; it never ran.",
+    )
     handle_ttl: timedelta = Field(
         default=timedelta(seconds=30),
         description="An open handle of a persistent session counts as open this long after "
@@ -151,6 +158,7 @@ class Settings(BaseSettings):
         "lease_ttl",
         "visibility_timeout",
         "sweep_interval",
+        "unpublished_start_timeout",
         "handle_ttl",
         "task_retention",
         "idempotency_retention",

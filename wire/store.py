@@ -27,6 +27,9 @@ class StartResult(StrEnum):
     """Queued behind the session's running task (``enqueue``); detail: as for ``OK``."""
     REPLAY = "replay"
     """The idempotency key started a task before; detail: that task's id."""
+    ADOPTED = "adopted"
+    """A replay whose first attempt never published its task (it died between recording
+    and publishing): this caller publishes it, the only one to; detail: the task id."""
     REUSED = "reused"
     """The idempotency key started a task with another request; detail: that task's id."""
     UNKNOWN = "unknown"
@@ -98,6 +101,33 @@ class ReleaseResult(StrEnum):
     CLOSED = "closed"
     """Closed (no task starts any more); a task of it is unsettled: stop it, then forget."""
     UNKNOWN = "unknown"
+
+
+class StartingFate(StrEnum):
+    """What the sweeper's look at an unclaimed start decided (``recover_starting.lua``)."""
+
+    REPUBLISH = "republish"
+    """Its message provably reached the broker and vanished unclaimed: publish it again."""
+    SETTLED = "settled"
+    """Never published, past the bound: settled Failed here (it never ran)."""
+    PROMOTED = "promoted"
+    """Started by that settle from its session's queue: publish it."""
+
+
+@dataclass(frozen=True)
+class StartingRecovery:
+    fate: StartingFate
+    task_id: str
+    session_id: str
+
+
+@dataclass(frozen=True)
+class UnpublishedStarts:
+    """When a start never published is given up, and the outcome it is settled with."""
+
+    after_ms: int
+    outcome: str
+    """Failed outcome JSON; the script fills in the task id and measured-zero usage."""
 
 
 class CancelResult(StrEnum):
@@ -337,6 +367,11 @@ class RecordStore:
         values = [_text(item) for item in reply]
         return StartResult(values[0]), values[1] if len(values) > 1 else ""
 
+    async def unadopt(self, task_id: str) -> None:
+        """A retry that adopted an unpublished start could not publish it (surely not
+        delivered): the next retry may adopt it."""
+        await self.redis.hdel(self.keys.task(task_id), TaskField.ADOPTED)
+
     async def task_queue(self, task_id: str) -> str | None:
         """The broker queue the task was started on (None: not recorded)."""
         return _text(await self.redis.hget(self.keys.task(task_id), TaskField.QUEUE)) or None
@@ -449,20 +484,42 @@ class RecordStore:
         return list(zip(items[0::2], items[1::2], strict=True))
 
     async def recover_starting(
-        self, queue: str, unclaimed_ms: int, holdoff_ms: int, max_search: int = 10_000
-    ) -> list[tuple[str, str]]:
-        """Started tasks whose message vanished unclaimed: ``(task id, session id)``
-        pairs to publish again (see ``scripts.RECOVER_STARTING``)."""
+        self,
+        queue: str,
+        unclaimed_ms: int,
+        holdoff_ms: int,
+        unpublished: UnpublishedStarts,
+        max_search: int = 10_000,
+    ) -> list[StartingRecovery]:
+        """Judge the unclaimed starts of ``queue`` (see ``scripts.RECOVER_STARTING``):
+        which to publish again, which it settled as never published, and which tasks
+        those settles promoted (to publish)."""
         reply = await self._recover_starting(
             keys=[
                 self.keys.starting(),
                 self.keys.broker_unacked(),
                 *self.keys.broker_queue_lists(queue),
             ],
-            args=[self.keys.task_prefix(), unclaimed_ms, holdoff_ms, max_search, queue],
+            args=[
+                self.keys.task_prefix(),
+                unclaimed_ms,
+                holdoff_ms,
+                max_search,
+                queue,
+                unpublished.after_ms,
+                unpublished.outcome,
+                self.keys.session(""),
+                self.keys.events(""),
+                self.keys.lease(""),
+                self.keys.running(),
+                self.retention_seconds,
+            ],
         )
         items = [_text(item) for item in reply]
-        return list(zip(items[0::2], items[1::2], strict=True))
+        return [
+            StartingRecovery(StartingFate(what), task_id, session_id)
+            for what, task_id, session_id in zip(items[0::3], items[1::3], items[2::3], strict=True)
+        ]
 
     async def starts_of_released_sessions(
         self, older_than_ms: int, max_entries: int = 1000

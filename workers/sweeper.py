@@ -17,7 +17,10 @@ released session is settled ``Cancelled`` (no claim can ever run it).
 A task still ``starting`` long after its start is published again only when its message
 provably reached the broker (its publish was confirmed, or the message is in a queue list
 or kombu's unacked hash): a start the caller was told is unconfirmed, whose message is
-nowhere, may never have been sent and is never run by a sweep.
+nowhere, may never have been sent and is never run by a sweep. A start never published
+at all (its caller stopped between recording it and publishing it, and no idempotent
+retry published it) is settled ``Failed`` after ``unpublished_start_timeout``: it never
+ran, and its session is free again.
 """
 
 from __future__ import annotations
@@ -27,12 +30,19 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 
-from agent_harness_protocol import TaskId
+from agent_harness_protocol import Failed, FailureKind, TaskId
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from wire.codec import dumps, outcome_to_json
 from wire.settings import Settings
-from wire.store import CancelResult, RecordStore, RecoverResult
+from wire.store import (
+    CancelResult,
+    RecordStore,
+    RecoverResult,
+    StartingFate,
+    UnpublishedStarts,
+)
 
 from .loss import loss_policy
 
@@ -54,6 +64,16 @@ class LeaseSweeper:
         self._unclaimed_ms = lease_ms
         # The queue lists must be in the records' Redis to be searched atomically.
         self._search_queue = settings.effective_broker_url == settings.redis_url
+        never_published = Failed(
+            TaskId("-"),
+            FailureKind.TRANSPORT,
+            "the task never ran: its run message never reached the broker (the process "
+            "that started it stopped before publishing it)",
+        )
+        self._unpublished = UnpublishedStarts(
+            after_ms=int(settings.unpublished_start_timeout.total_seconds() * 1000),
+            outcome=dumps(outcome_to_json(never_published)),
+        )
 
     async def serve(self) -> None:
         """Sweep until cancelled; a failed sweep is logged and retried next interval."""
@@ -97,12 +117,19 @@ class LeaseSweeper:
                 log.warning("task %s started on a released session; settled cancelled", task_id)
                 recovered.append(task_id)
         if self._search_queue:
-            for task_id, session_id in await self._store.recover_starting(
-                self._settings.queue, self._unclaimed_ms, self._holdoff_ms
+            for found in await self._store.recover_starting(
+                self._settings.queue, self._unclaimed_ms, self._holdoff_ms, self._unpublished
             ):
-                log.warning("task %s was taken but never claimed; publishing it again", task_id)
-                if await self._publish_again(task_id, session_id):
+                task_id, session_id = found.task_id, found.session_id
+                if found.fate is StartingFate.SETTLED:
+                    log.warning("task %s was never published; settled failed", task_id)
                     recovered.append(task_id)
+                elif found.fate is StartingFate.PROMOTED:
+                    await self._publish_again(task_id, session_id)
+                else:
+                    log.warning("task %s was taken but never claimed; publishing it again", task_id)
+                    if await self._publish_again(task_id, session_id):
+                        recovered.append(task_id)
         return recovered
 
     async def _publish_again(self, task_id: str, session_id: str) -> bool:

@@ -2,7 +2,10 @@
 -- KEYS[3..] the broker's lists of the run queue
 -- ARGV[1] task key prefix, ARGV[2] milliseconds a start may stay unclaimed, ARGV[3]
 -- milliseconds before another sweep may republish it, ARGV[4] most broker messages to
--- search, ARGV[5] the run queue KEYS[3..] belong to
+-- search, ARGV[5] the run queue KEYS[3..] belong to, ARGV[6] milliseconds after which a
+-- start never published is settled, ARGV[7] its Failed outcome (JSON; task id and usage
+-- are filled in here), ARGV[8] session key prefix, ARGV[9] events key prefix, ARGV[10]
+-- lease key prefix, ARGV[11] running set, ARGV[12] retention seconds
 -- Only starts of that queue are looked at: a start of another queue is left to the
 -- workers serving it (its message is in none of these lists, which proves nothing), and
 -- one of a queue no worker serves waits there.
@@ -16,11 +19,17 @@
 -- One whose mark is still pending ('0': the caller's confirmation, or its report of an
 -- unconfirmed start, has not landed yet, e.g. refused at maxmemory) is looked at again
 -- one unclaimed period later: it is never republished unconfirmed, nor dropped while
--- its caller may still confirm it. Each task is looked at once
+-- its caller may still confirm it; once older than ARGV[6] with its message still nowhere,
+-- it never ran and never will (its caller stopped between recording and publishing it,
+-- and no idempotent retry published it): it is settled Failed with measured-zero usage,
+-- freeing its session (a message of it that turns up later finds it settled). Each task
+-- is looked at once
 -- per unclaimed period, and the broker is read only when some task is due. Returns
--- {task id, session id, ...} to publish again; nothing when the broker holds more than
--- ARGV[4] messages (they are most likely waiting).
---! include clock
+-- {what, task id, session id, ...}: what is 'republish' (publish it again), 'settled'
+-- (settled here, never ran) or 'promoted' (the settle started the session's next queued
+-- task: publish it); nothing when the broker holds more than ARGV[4] messages (they are
+-- most likely waiting).
+--! include prelude
 local now = now_ms()
 -- Up to 100 of this queue's starts are judged per pass, among the 1000 oldest stale ones
 -- (other queues' starts are passed over, so a queue no worker serves cannot starve it).
@@ -32,7 +41,7 @@ local judged = 0
 for _, id in ipairs(stale) do
   if judged >= 100 then break end
   local record = redis.call('HMGET', ARGV[1] .. id, 'state', 'recover_at', 'session',
-                            'published', 'resume', 'queue')
+                            'published', 'resume', 'queue', 'created_ms')
   -- A paused task answered by its caller is due for a resume run like a start.
   if record[1] ~= 'starting' and not (record[1] == 'awaiting_response' and record[5] == '1') then
     redis.call('ZREM', KEYS[1], id)
@@ -41,7 +50,7 @@ for _, id in ipairs(stale) do
   else
     judged = judged + 1
     if tonumber(record[2] or '0') <= now then
-      table.insert(due, {id, record[3], record[4]})
+      table.insert(due, {id, record[3], record[4], tonumber(record[7] or '0'), record[1]})
     end
   end
 end
@@ -68,8 +77,24 @@ for _, task in ipairs(due) do
     redis.call('HSET', key, 'published', '1', 'recover_at', now + tonumber(ARGV[2]))
   elseif taken[task[1]] or task[3] == '1' then
     redis.call('HSET', key, 'published', '1', 'recover_at', now + tonumber(ARGV[3]))
+    table.insert(out, 'republish')
     table.insert(out, task[1])
     table.insert(out, task[2])
+  elseif task[3] == '0' and task[5] == 'starting' and task[4] + tonumber(ARGV[6]) <= now then
+    local outcome = cjson.decode(ARGV[7])
+    outcome.task_id = task[1]
+    outcome.usage = usage_zero()
+    PROMOTED = ''
+    settle(key, ARGV[8] .. task[2], ARGV[9] .. task[1], ARGV[10] .. task[2], ARGV[11],
+           KEYS[1], task[1], 'failed', outcome, '', false, tonumber(ARGV[12]))
+    table.insert(out, 'settled')
+    table.insert(out, task[1])
+    table.insert(out, task[2])
+    if PROMOTED ~= '' then
+      table.insert(out, 'promoted')
+      table.insert(out, PROMOTED)
+      table.insert(out, task[2])
+    end
   elseif task[3] == '0' then
     redis.call('HSET', key, 'recover_at', now + tonumber(ARGV[2]))
   else

@@ -6,11 +6,17 @@
 -- ('' without an idempotency key), ARGV[7] idempotency retention seconds, ARGV[8] the
 -- broker queue the task runs on (kept in the record for every later message of it)
 -- Returns {'ok', created ms} | {'queued', created ms} | {'replay', task id}
+--         | {'adopted', task id} (a replay whose first attempt never published: publish it)
 --         | {'reused', task id}
 --         | {'unknown'} | {'closed'} | {'unconfirmed', ref} | {'busy', task id}
 --         | {'outlived', task id} | {'spent', task id} (a single-task session's task)
 -- A replayed key answers before any other check: a retried request gets the task its
--- first attempt started, whatever the session does now.
+-- first attempt started, whatever the session does now. If that attempt died between
+-- recording the start and publishing it (the task is still 'starting', its publish never
+-- confirmed nor reported unconfirmed), the first retry to find it adopts it: that retry
+-- publishes its message ('adopted' is set here, so no later retry publishes it again).
+-- Should the first attempt be alive after all and publish too, the claim still runs the
+-- task once.
 --! include prelude
 if ARGV[6] ~= '' then
   local prior = redis.call('GET', KEYS[6])
@@ -18,6 +24,12 @@ if ARGV[6] ~= '' then
     local space = string.find(prior, ' ', 1, true)
     local task_id = string.sub(prior, 1, space - 1)
     if string.sub(prior, space + 1) ~= ARGV[6] then return {'reused', task_id} end
+    local task_key = ARGV[3] .. task_id
+    local fields = redis.call('HMGET', task_key, 'state', 'published', 'queued', 'adopted')
+    if fields[1] == 'starting' and fields[2] == '0' and fields[3] ~= '1' and not fields[4] then
+      redis.call('HSET', task_key, 'adopted', now_ms())
+      return {'adopted', task_id}
+    end
     return {'replay', task_id}
   end
 end
