@@ -381,7 +381,7 @@ async def test_interactions_and_grants_leave_only_expiring_task_keys_after_relea
     allowed = {
         key(task_id)
         for task_id in tasks
-        for key in (keys.task, keys.events, keys.interactions, keys.responses)
+        for key in (keys.task, keys.events, keys.interactions, keys.responses, keys.tool_attempts)
     }
     assert task_keys <= allowed, sorted(task_keys - allowed)
     assert {keys.interactions(task_id) for task_id in tasks} <= task_keys

@@ -189,6 +189,15 @@ class Keys:
         Scripts name it ``<task key>:responses``."""
         return f"{self.task(task_id)}:responses"
 
+    def tool_attempts(self, task_id: str) -> str:
+        """Hash: how many attempts of each of the task's tool calls began (field: the tool
+        call id, value: a count), counted by ``tool_attempt.lua`` under the run's lease the
+        moment before the tool runs. A count above one means an earlier attempt's worker
+        was lost mid-call (``ToolSpec.delivery`` says what happens then). Written by the
+        worker; given the task's retention TTL by its first attempt and by the settle
+        helper of ``_prelude.lua``. Scripts name it ``<task key>:tool_attempts``."""
+        return f"{self.task(task_id)}:tool_attempts"
+
     def running(self) -> str:
         """Sorted set: tasks a worker has claimed and not settled (member: task id,
         score: claim time in ms). The sweeper looks here for runs whose lease lapsed.

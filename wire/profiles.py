@@ -94,6 +94,24 @@ class ToolApproval(StrEnum):
     REQUIRED = "required"
 
 
+class ToolDelivery(StrEnum):
+    """How often a tool call may run when the worker running it is lost mid-call.
+
+    A tool runs inside a worker; a worker can die (SIGKILL, OOM, a lost machine) after the
+    tool began its effect and before its result was checkpointed. The task then resumes
+    on another worker from its last checkpoint, which is before that call.
+    """
+
+    AT_LEAST_ONCE = "at_least_once"
+    """Run the call again (as attempt 2, 3, ...). The tool receives an idempotency key
+    that is the same on every attempt of that call (``workers.tools.idempotency_key``)
+    and must deduplicate its effect by it (as a Temporal activity does)."""
+    AT_MOST_ONCE = "at_most_once"
+    """Never start a call again once an attempt of it began: the model receives a tool
+    result saying its outcome is unknown because the worker running it was lost, and the
+    caller sees the call failed with a ``Warning``."""
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     """A tool the agent may call.
@@ -103,7 +121,8 @@ class ToolSpec:
     worker wraps as a structured tool named ``name`` with ``description``. ``effect`` says
     what a call changes, in words shown to an approver. ``session_grant``, when set,
     describes the enforced scope of an approve-for-session grant; ``None`` means
-    approve-for-session is not offered for this tool.
+    approve-for-session is not offered for this tool. ``delivery`` says what happens to a
+    call whose worker was lost mid-call (:class:`ToolDelivery`).
     """
 
     name: str
@@ -112,6 +131,7 @@ class ToolSpec:
     effect: str = "none: reads only"
     approval: ToolApproval = ToolApproval.NONE
     session_grant: str | None = None
+    delivery: ToolDelivery = ToolDelivery.AT_LEAST_ONCE
 
     def __post_init__(self) -> None:
         require_valid_id("tool", self.name)
@@ -120,7 +140,7 @@ class ToolSpec:
             raise ProfileError(f"tool {self.name!r} needs a description (the model reads it)")
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "name": self.name,
             "target": self.target,
             "description": self.description,
@@ -128,6 +148,10 @@ class ToolSpec:
             "approval": self.approval.value,
             "session_grant": self.session_grant,
         }
+        if self.delivery is not ToolDelivery.AT_LEAST_ONCE:
+            # Only when not the default: the profile digests of existing profiles stay.
+            data["delivery"] = self.delivery.value
+        return data
 
 
 @dataclass(frozen=True, slots=True)

@@ -253,6 +253,7 @@ class RecordStore:
         self._prune_starting: AsyncScript = redis.register_script(scripts.PRUNE_STARTING)
         self._pause: AsyncScript = redis.register_script(scripts.PAUSE)
         self._respond: AsyncScript = redis.register_script(scripts.RESPOND)
+        self._tool_attempt: AsyncScript = redis.register_script(scripts.TOOL_ATTEMPT)
 
     # -- sessions ---------------------------------------------------------------------
     async def create_session(self, session_id: str, fields: Mapping[SessionField, str]) -> None:
@@ -366,6 +367,17 @@ class RecordStore:
         )
         values = [_text(item) for item in reply]
         return StartResult(values[0]), values[1] if len(values) > 1 else ""
+
+    async def tool_attempt(
+        self, session_id: str, task_id: str, tool_call_id: str, lease: str
+    ) -> int:
+        """Count one more attempt of the tool call under ``lease``; its number (1 for the
+        first), or 0 when the lease is no longer the run's (see ``tool_attempt.lua``)."""
+        reply = await self._tool_attempt(
+            keys=[self.keys.lease(session_id), self.keys.tool_attempts(task_id)],
+            args=[lease, tool_call_id, self.retention_seconds],
+        )
+        return int(reply)
 
     async def unadopt(self, task_id: str) -> None:
         """A retry that adopted an unpublished start could not publish it (surely not

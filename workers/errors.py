@@ -90,6 +90,10 @@ class ModelBuildError(WorkerError):
     """The chat model named by a profile could not be imported or constructed."""
 
 
+class ToolIdempotencyKeyMissingError(WorkerError):
+    """A tool asked for its call's idempotency key outside a worker's agent run."""
+
+
 class ToolBuildError(WorkerError):
     """A tool named by a profile could not be imported or wrapped."""
 

@@ -13,7 +13,9 @@ Order in the agent (first is outermost): :class:`RunInstructions`, then any pipe
   (create_agent's own handler uses ``ainvoke``, whose gather would turn that into a
   ``CancelledError``).
 - :class:`ToolGuard` runs the gate before every tool effect, asks the approval route for
-  approval-gated tools, and reports each call's status changes.
+  approval-gated tools, counts each attempt of a call and applies the tool's declared
+  delivery to a call whose worker was lost mid-call (``workers.tool_delivery``), and
+  reports each attempt's status changes.
 """
 
 from __future__ import annotations
@@ -39,13 +41,14 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from wire.backoff import CONNECTION_ERRORS
-from wire.profiles import ToolApproval, ToolSpec
+from wire.profiles import ToolApproval, ToolDelivery, ToolSpec
 
 from .approvals import ApprovalRoute
 from .effects import report_effect
 from .errors import WorkerError
 from .model_calls import ModelCalls
-from .stream_items import ToolChange, canonical_arguments, report_tool_change
+from .stream_items import ToolChange, canonical_arguments, report_notice, report_tool_change
+from .tool_delivery import attempt_work_id, begin_attempt, call_key, with_idempotency_key
 
 T = TypeVar("T")
 
@@ -214,6 +217,13 @@ class ToolGuard(AgentMiddleware[Any, Any, Any]):
                 )
             # The decision may have taken long (a paused task): the effect's own boundary.
             await self._calls.before_call(key)
+        attempt = await begin_attempt(key, work_id) if work_id else 1
+        if attempt > 1:
+            lost = _lost_attempt(work_id, name, arguments, attempt, spec)
+            if lost is not None:
+                return lost
+        call_id, work_id = work_id, attempt_work_id(work_id, attempt)
+        request = with_idempotency_key(request, call_key(key, call_id))
         report_tool_change(ToolChange(work_id, name, WorkStatus.STARTED, arguments))
         try:
             result = await handler(request)
@@ -226,7 +236,7 @@ class ToolGuard(AgentMiddleware[Any, Any, Any]):
             )
             return ToolMessage(
                 content=f"the tool failed: {message}",
-                tool_call_id=work_id,
+                tool_call_id=call_id,
                 name=name,
                 status="error",
             )
@@ -241,6 +251,36 @@ class ToolGuard(AgentMiddleware[Any, Any, Any]):
             report_tool_change(ToolChange(work_id, name, WorkStatus.COMPLETED, arguments, text))
             status, output = WorkStatus.COMPLETED, None if text is None else str(text)
         if spec is not None and spec.approval is ToolApproval.REQUIRED:
-            # An approved effect: reported as such, under the work id its approval named.
+            # An approved effect: reported as such, under the attempt's work id (for the
+            # first attempt, the call id its approval named).
             report_effect(work_id, status, description=spec.effect, output=output)
         return result
+
+
+def _lost_attempt(
+    call_id: str, name: str, arguments: str, attempt: int, spec: ToolSpec | None
+) -> ToolMessage | None:
+    """An earlier attempt of this call began and its worker was lost before the result was
+    kept: close that attempt on the caller's stream and apply the tool's delivery. Returns
+    the tool result of an ``at_most_once`` call (it does not run again), or ``None``: run
+    it as attempt ``attempt``."""
+    previous = attempt_work_id(call_id, attempt - 1)
+    lost = (
+        f"attempt {attempt - 1} of tool call {call_id} ({name}) was lost with the worker "
+        "running it; whether its effect happened is unknown"
+    )
+    report_tool_change(ToolChange(previous, name, WorkStatus.FAILED, arguments, None, lost))
+    if spec is not None and spec.delivery is ToolDelivery.AT_MOST_ONCE:
+        report_notice(f"{lost}; {name} is at-most-once, so it was not run again")
+        return ToolMessage(
+            content="the outcome of this tool call is unknown: the worker running it was "
+            "lost mid-call, and the tool is at-most-once, so it was not run again",
+            tool_call_id=call_id,
+            name=name,
+            status="error",
+        )
+    report_notice(
+        f"{lost}; {name} is at-least-once, so it runs again as attempt {attempt} "
+        f"(work id {attempt_work_id(call_id, attempt)}) with the same idempotency key"
+    )
+    return None

@@ -12,6 +12,9 @@ from langchain_core.tools import BaseTool, StructuredTool
 from wire.profiles import ToolSpec
 
 from .errors import ToolBuildError
+from .tool_delivery import idempotency_key
+
+__all__ = ["build_tool", "build_tools", "idempotency_key"]
 
 
 def build_tool(spec: ToolSpec) -> BaseTool:

@@ -13,6 +13,7 @@ from wire.profiles import (
     ModelSpec,
     Safeguards,
     ToolApproval,
+    ToolDelivery,
     ToolSpec,
 )
 
@@ -73,6 +74,31 @@ FRAGILE_PLAN = json.dumps(
     ]
 )
 """Each task: one call of the approval-gated tool that kills its first worker."""
+
+DYING_EFFECT = ToolSpec(
+    "dying_effect",
+    "tests.support.tools:dying_effect",
+    "Record an effect that needs the caller's approval (its first attempt dies mid-effect).",
+    effect="appends a record to the test's effect log",
+    approval=ToolApproval.REQUIRED,
+)
+"""At least once (the default): it deduplicates its effect by the call's idempotency key."""
+DYING_EFFECT_AT_MOST_ONCE = ToolSpec(
+    "dying_effect",
+    "tests.support.tools:dying_effect",
+    "Record an effect that needs the caller's approval (its first attempt dies mid-effect).",
+    effect="appends a record to the test's effect log",
+    approval=ToolApproval.REQUIRED,
+    delivery=ToolDelivery.AT_MOST_ONCE,
+)
+DYING_PLAN = json.dumps(
+    [
+        {"tool_call": {"name": "dying_effect", "args": {"label": "dying"}}},
+        {"reply": "dying-result"},
+    ]
+)
+"""Each task: one call of the approval-gated tool whose first attempt kills its worker
+after its effect began, then an answer."""
 
 GUARDED_TWICE_PLAN = json.dumps(
     [
@@ -223,6 +249,8 @@ _ALL = [
     _profile("guarding-granted", tools=(GRANTABLE_EFFECT,), plan=GUARDED_PLAN),
     _profile("guarding-twice", tools=(GUARDED_EFFECT,), plan=GUARDED_TWICE_PLAN),
     _profile("guarding-fragile", tools=(FRAGILE_EFFECT,), plan=FRAGILE_PLAN),
+    _profile("guarding-dying", tools=(DYING_EFFECT,), plan=DYING_PLAN),
+    _profile("guarding-dying-once", tools=(DYING_EFFECT_AT_MOST_ONCE,), plan=DYING_PLAN),
     _profile("questioning", questions=True, plan=QUESTION_PLAN),
     # A model that streams for about a second unless cancelled.
     _profile("slow", load_chunks=20, chunk_delay_ms=50),

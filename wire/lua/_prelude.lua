@@ -178,6 +178,7 @@ local function settle(task, session, events, lease, running, starting, task_id, 
   redis.call('EXPIRE', events, retention)
   redis.call('EXPIRE', task .. ':interactions', retention)
   redis.call('EXPIRE', task .. ':responses', retention)
+  redis.call('EXPIRE', task .. ':tool_attempts', retention)
   end_single_task_session(session, lease, starting, task_id)
   return encoded
 end
