@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import redis
 
 from wire.settings import Settings
 
@@ -19,6 +20,7 @@ from .support.api import (
     api_process,
     api_settings,
     auth,
+    keyspace,
     live_server,
     problem_of,
     read_events,
@@ -170,3 +172,35 @@ async def test_the_api_process_keeps_idle_connections_longer_than_clients_pool_t
         finally:
             for _, writer in (kept, closed):
                 writer.close()
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /healthz HTTP/1.1\r\nHost: api\r\nX-Trace: a\x01b\r\n\r\n",
+        b"GET /v1/sessions/\xc3\xa9 HTTP/1.1\r\nHost: api\r\n\r\n",
+    ],
+    ids=["control-character-in-a-header", "raw-utf8-in-the-request-line"],
+)
+async def test_a_request_that_is_not_http_gets_uvicorns_plain_400_and_writes_nothing(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis, request_bytes: bytes
+) -> None:
+    """What docs/http-api.md says of the one non-problem error: the parser refuses the
+    request before the app sees it."""
+    with live_server(api_harness(settings, boundary)) as server:
+        before = keyspace(sync_redis)
+        address = urlsplit(server.url)
+        reader, writer = await asyncio.open_connection(address.hostname, address.port)
+        try:
+            writer.write(request_bytes)
+            await writer.drain()
+            async with asyncio.timeout(10):
+                answer = await reader.read()
+        finally:
+            writer.close()
+        after = keyspace(sync_redis)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), answer
+    assert b"content-type: text/plain" in head.lower(), answer
+    assert body.strip() == b"Invalid HTTP request received.", answer
+    assert after == before
