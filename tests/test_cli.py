@@ -234,3 +234,13 @@ def test_settings_command_redacts_passwords(monkeypatch: pytest.MonkeyPatch) -> 
     assert "redis://user:***@redis.example:6380/2" in result.output
     assert redact("redis://:pw@h/0") == "redis://:***@h/0"
     assert redact("redis://h:1/0") == "redis://h:1/0"
+
+
+def test_settings_command_prints_plain_unwrapped_lines_when_not_on_a_terminal() -> None:
+    """Piped (CliRunner is no terminal), even 40 columns wide: one line per setting."""
+    result = CliRunner().invoke(app, ["settings"], env={"COLUMNS": "40"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert any(line.startswith("AHP_REDIS_URL=redis://") for line in lines), lines
+    assert all("=" in line for line in lines), lines
+    assert any(line.startswith("# effective_broker_url=") for line in lines), lines

@@ -16,6 +16,7 @@ import redis
 from typer.testing import CliRunner
 
 from tooling.cli import app
+from tooling.embedded_redis import DEFAULT_PORT, port_is_free
 from tooling.services import BASIC_AUTH_ENV, check_basic_auth
 from tooling.worker_process import PROJECT_ROOT, settings_environment
 from wire.settings import Settings
@@ -198,3 +199,26 @@ def test_redis_command_requires_the_password_from_the_environment_and_never_prin
     assert process.returncode == 0, stderr
     assert "Redis stopped." in stdout
     assert PASSWORD not in "".join(banner) + stdout + stderr
+
+
+def test_redis_command_listens_on_6379_where_every_default_points_when_it_is_free(
+    processes: list[subprocess.Popen[str]],
+) -> None:
+    free = port_is_free(DEFAULT_PORT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tooling.cli", "redis"],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    processes.append(process)
+    assert process.stdout is not None
+    banner = [process.stdout.readline(), process.stdout.readline()]
+    process.terminate()
+    process.communicate(timeout=30)
+    if free:
+        assert "export REDIS_URL=redis://127.0.0.1:6379/0" in banner[1], banner
+    else:  # taken (another Redis): a free port, said in the banner
+        assert "export REDIS_URL=redis://127.0.0.1:" in banner[1], banner
+        assert ":6379/" not in banner[1], banner

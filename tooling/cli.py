@@ -25,7 +25,7 @@ from . import run as running
 from . import services
 from .console import console, err, fail, load_settings
 from .demo import DemoModel, run_demo
-from .embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
+from .embedded_redis import DEFAULT_PORT, EmbeddedRedis, EmbeddedRedisConfig, port_is_free
 from .errors import ToolingError
 from .signals import children_ignore_ctrl_c, sigterm_interrupts
 from .worker_node import NodeLayout, node_commands, run_node
@@ -47,7 +47,13 @@ class Pool(StrEnum):
 
 @app.command("redis")
 def redis_server(
-    port: Annotated[int | None, typer.Option(help="TCP port (default: a free one).")] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            help="TCP port (default: 6379, where every default URL points, if free; "
+            "else a free one)."
+        ),
+    ] = None,
     data_dir: Annotated[
         Path | None, typer.Option(help="Data directory (default: temporary, deleted).")
     ] = None,
@@ -66,6 +72,8 @@ def redis_server(
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
+    if port is None and port_is_free(DEFAULT_PORT):
+        port = DEFAULT_PORT
     try:
         config = EmbeddedRedisConfig(
             data_dir=data_dir, port=port, appendonly=appendonly, password=password
@@ -168,12 +176,20 @@ def show_settings() -> None:
     values: dict[str, object] = settings.model_dump()
     values["effective_broker_url"] = settings.effective_broker_url
     values["effective_checkpoint_url"] = settings.effective_checkpoint_url
+    rows: list[tuple[str, str, str]] = []
     for name, value in values.items():
         shown = redact(value) if isinstance(value, str) else value
         if isinstance(value, timedelta):
             shown = f"{value.total_seconds():g} s"
         env = f"AHP_{name.upper()}" if name in Settings.model_fields else "(derived)"
-        table.add_row(name, env, "-" if shown is None else str(shown))
+        rows.append((name, env, "-" if shown is None else str(shown)))
+    if not sys.stdout.isatty():
+        # Piped or captured: one plain line per setting, never wrapped mid-value.
+        for name, env, shown in rows:
+            typer.echo(f"{env}={shown}" if env != "(derived)" else f"# {name}={shown}")
+        return
+    for row in rows:
+        table.add_row(*row)
     console.print(table, soft_wrap=False)
 
 

@@ -90,6 +90,19 @@ def _shutdown(process: subprocess.Popen[bytes], timeout: float) -> None:
     process.wait()
 
 
+DEFAULT_PORT = 6379
+"""Redis's own port, where every default URL points (``redis://127.0.0.1:6379/0``)."""
+
+
+def port_is_free(port: int) -> bool:
+    """Whether ``port`` can be listened on now (TIME_WAIT leftovers do not count)."""
+    try:
+        _check_port_free(port)
+    except RedisPortInUseError:
+        return False
+    return True
+
+
 def _check_port_free(port: int) -> None:
     # SO_REUSEADDR: TIME_WAIT leftovers of a previous run on this port do not count as "in use".
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -99,9 +99,7 @@ async def dying_effect(label: str, runtime: ToolRuntime) -> str:
     url = os.environ.get(MODEL_REDIS_URL_ENV) or Settings().redis_url
     client = Redis.from_url(url, decode_responses=True)
     try:
-        await client.rpush(
-            EXECUTIONS, json.dumps({"task": task, "key": key, "pid": os.getpid()})
-        )
+        await client.rpush(EXECUTIONS, json.dumps({"task": task, "key": key, "pid": os.getpid()}))
         performs = await client.set(DEDUPLICATED + key, str(os.getpid()), nx=True)
         first = await client.set(f"{PREFIX}dying:{task}", str(os.getpid()), nx=True)
     finally:
