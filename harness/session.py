@@ -334,10 +334,10 @@ class CelerySession(AgentSession):
             # A non-persistent session is closed, and forgotten in the same step when
             # none of its tasks is unsettled (its record, lease, fence and handle keys go);
             # this handle's unconfirmed start, if no worker claimed it, can never run now.
-            forgotten = False
+            forgotten, ran = False, True
             if not self.persistent:
                 with reported("the session was not released"):
-                    result = await store.release_session(
+                    result, ran = await store.release_session(
                         self._id.value, unconfirmed_task=self._unconfirmed
                     )
                 forgotten = result is not ReleaseResult.CLOSED
@@ -356,7 +356,12 @@ class CelerySession(AgentSession):
                 if not forgotten:
                     # Whatever still runs loses its lease here; a later claim never runs.
                     with reported("the session was not released"):
-                        await store.release_session(self._id.value, force=True)
+                        _, ran = await store.release_session(self._id.value, force=True)
+                if not ran:
+                    # No run was ever claimed: no checkpoint was written, nothing to delete
+                    # (and no worker need be serving to confirm it).
+                    self.runtime.sessions.discard(self)
+                    return
                 remaining = budget.cleanup_total.total_seconds() - (loop.time() - started)
                 try:
                     await self.runtime.delete_thread(

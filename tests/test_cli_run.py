@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -387,3 +388,33 @@ def test_run_asks_the_agents_question_at_the_prompt_and_the_model_reads_the_answ
     assert "choose 1-2" in result.output  # "3" was refused
     (task_id,) = {call["task"] for call in boundary.calls()}
     assert "blue" in boundary.calls_for(str(task_id))[-1]["texts"]
+
+
+def test_without_a_worker_run_says_so_and_ctrl_c_cancels_with_nothing_to_clean(
+    cli_env: dict[str, str | None],
+    settings: Settings,
+    run_process: list[subprocess.Popen[str]],
+) -> None:
+    """No worker serves the queue: after a moment the run says which queue the task
+    waits on; Ctrl-C then cancels it, and closing has nothing to clean up (the task never
+    ran, so no checkpoint was written), with no error."""
+    env = {**cli_env, "AHP_QUEUE": f"{settings.queue}.unserved"}
+    process = _spawn(run_process, env, "--json", "nobody takes this")
+    assert process.stdout is not None
+    assert process.stderr is not None
+    lines: list[Any] = []
+    while not lines or lines[-1]["kind"] != "task":
+        line = process.stdout.readline()
+        assert line, f"the run ended early: {process.wait()}"
+        lines.append(json.loads(line))
+    readable, _, _ = select.select([process.stderr], [], [], 15)
+    assert readable, "nothing said within 15 s that no worker took the task"
+    notice = process.stderr.readline()
+    assert "No worker has taken the task" in notice, notice
+    assert f"{settings.queue}.unserved" in notice, notice
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == ExitCode.CANCELLED, (stdout, stderr)
+    assert _lines(stdout)[-1]["type"] == "Cancelled", stdout
+    assert "closing the harness" not in stderr, stderr
+    assert "CheckpointCleanupError" not in stderr, stderr

@@ -53,12 +53,13 @@ def _keys_naming(client: redis.Redis, ident: str) -> set[str]:
 def _only_retained_task_keys(
     client: redis.Redis, settings: Settings, session_id: str, task_id: str
 ) -> None:
-    """Nothing of the session is left; the task's record and stream stay, with the
-    retention TTL."""
+    """Nothing of the session is left; the task's record and stream (and its tools'
+    attempt counts) stay, with the retention TTL."""
     keys = Keys(settings.namespace)
     assert _keys_naming(client, session_id) == set()
     left = _keys_naming(client, task_id)
-    assert left <= {keys.task(task_id), keys.events(task_id)}, sorted(left)
+    retained = {keys.task(task_id), keys.events(task_id), keys.tool_attempts(task_id)}
+    assert left <= retained, sorted(left)
     for key in left:
         ttl = client.ttl(key)
         assert isinstance(ttl, int)

@@ -28,6 +28,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import IntEnum
 from typing import Any, Protocol
 
@@ -544,10 +545,25 @@ async def _close(harness: CeleryHarness, view: View) -> None:
         view.note(f"closing the harness failed: {type(error).__name__}: {error}")
 
 
+NO_WORKER_NOTICE = timedelta(seconds=2)
+"""How long a started task may wait unclaimed before the run says no worker took it."""
+
+
+async def _notice_no_worker(task: CeleryTask, view: View, queue: str) -> None:
+    await asyncio.sleep(NO_WORKER_NOTICE.total_seconds())
+    if task.state is TaskState.STARTING and not task.queued:
+        view.note(
+            f"No worker has taken the task after {NO_WORKER_NOTICE.total_seconds():g} s: it "
+            f"waits on queue {queue!r}. Start one (ahp-celery worker) with the same "
+            "AHP_REDIS_URL and AHP_QUEUE; Ctrl-C cancels the task."
+        )
+
+
 async def run_task(harness: CeleryHarness, request: RunRequest, view: View) -> ExitCode:
     """Start the task, follow it to its outcome, close the harness; the exit code."""
     ctrl_c = _CtrlC(view)
     task: AgentTask | None = None
+    watch: asyncio.Future[None] | None = None
     try:
         try:
             session = await _open_session(harness, request)
@@ -563,6 +579,7 @@ async def run_task(harness: CeleryHarness, request: RunRequest, view: View) -> E
             return ExitCode.NOT_STARTED
         events = task.events()  # subscribed before any event can arrive
         view.task(task)
+        watch = asyncio.ensure_future(_notice_no_worker(task, view, harness.settings.queue))
         ctrl_c.follow(task)
         follower = _Follower(task, events, view, ctrl_c, request, isinstance(view, JsonView))
         outcome = await follower.follow()
@@ -576,6 +593,8 @@ async def run_task(harness: CeleryHarness, request: RunRequest, view: View) -> E
         view.note(f"Stopped waiting{running}.")
         return ExitCode.INTERRUPTED
     finally:
+        if watch is not None:
+            watch.cancel()
         ctrl_c.close()
         await _close(harness, view)
         view.close()

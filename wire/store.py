@@ -267,12 +267,13 @@ class RecordStore:
 
     async def release_session(
         self, session_id: str, *, force: bool = False, unconfirmed_task: str = ""
-    ) -> ReleaseResult:
+    ) -> tuple[ReleaseResult, bool]:
         """Close a non-persistent session and forget it (delete its record, lease, fence
         and handle keys) in one step when none of its tasks is unsettled; ``force``
         forgets it whatever still runs. An unconfirmed start of it that no worker claimed
         yet is settled Cancelled on closing: it can never run (see
-        ``scripts.RELEASE_SESSION``)."""
+        ``scripts.RELEASE_SESSION``). Also returns, once forgotten, whether a run of it
+        was ever claimed (``False``: its checkpoint thread holds nothing)."""
         keys = [
             self.keys.session(session_id),
             self.keys.lease(session_id),
@@ -292,7 +293,9 @@ class RecordStore:
                 self.retention_seconds,
             ],
         )
-        return ReleaseResult(_text(reply[0]))
+        result = ReleaseResult(_text(reply[0]))
+        ran = result is not ReleaseResult.FORGOTTEN or _text(reply[1]) != "0"
+        return result, ran
 
     async def reopen(
         self,

@@ -12,7 +12,9 @@
 -- keys (and its approval grants): a run still going has lost its lease, so its fenced writes are refused, and a later
 -- claim finds no record, so the task is settled without running and no fence of the
 -- session is ever issued again (fences never repeat).
--- Returns {'forgotten'} | {'closed', active task id} | {'unknown'}
+-- Returns {'forgotten', ran} | {'closed', active task id} | {'unknown'}; ran is '1' when
+-- a run of the session was ever claimed (its fence counter existed), '0' when none was:
+-- then no checkpoint of it was ever written, and its thread holds nothing to delete.
 --! include prelude
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'unknown'} end
 local queue = KEYS[1] .. ':queue'
@@ -39,5 +41,6 @@ if ARGV[2] == 'close' then
     if state and not TERMINAL[state] then return {'closed', active} end
   end
 end
+local ran = redis.call('EXISTS', KEYS[3])
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], queue, KEYS[1] .. ':grants')
-return {'forgotten'}
+return {'forgotten', tostring(ran)}
