@@ -418,3 +418,24 @@ def test_without_a_worker_run_says_so_and_ctrl_c_cancels_with_nothing_to_clean(
     assert _lines(stdout)[-1]["type"] == "Cancelled", stdout
     assert "closing the harness" not in stderr, stderr
     assert "CheckpointCleanupError" not in stderr, stderr
+
+
+def test_the_live_view_prints_an_answer_once_when_its_message_was_not_marked_the_answer(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A pipeline's last message is completed as commentary (the model might be nudged
+    again); the outcome's output is that same text: printed once, not twice."""
+    task = TaskId("t1")
+    view = LiveView()
+    for event in (
+        TaskStarted(task),
+        MessageCompleted(task, MessageId("m1"), "The final answer.", MessageRole.COMMENTARY),
+    ):
+        view.event(event)
+    view.outcome(
+        Completed(task, StopReason.FINISHED, TextOutput("The final answer."), AgentUsage()),
+        ExitCode.COMPLETED,
+    )
+    view.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines.count("The final answer.") == 1, lines

@@ -186,7 +186,10 @@ class LiveView:
         self._status: Status | None = None
         self._line_open = False
         """Streamed text was printed without its line ending."""
-        self._streamed: set[MessageId] = set()
+        self._streamed: dict[MessageId, str] = {}
+        """The text streamed so far of each message."""
+        self._shown: set[str] = set()
+        """Whole messages printed (a completed one, or one streamed to its end)."""
         self._answered = False
         """Answer text reached the terminal (the outcome need not repeat it)."""
         self._session: AgentSession | None = None
@@ -232,7 +235,7 @@ class LiveView:
     def event(self, event: TaskEvent) -> None:
         if isinstance(event, MessageDelta):
             self._still()
-            self._streamed.add(event.message_id)
+            self._streamed[event.message_id] = self._streamed.get(event.message_id, "") + event.text
             style = None if event.role is MessageRole.ANSWER else "dim italic"
             console.print(event.text, end="", style=style, markup=False)
             self._line_open = True
@@ -250,6 +253,7 @@ class LiveView:
                 style = None if event.role is MessageRole.ANSWER else "dim italic"
                 self._line(event.text, style=style)
                 self._answered = self._answered or event.role is MessageRole.ANSWER
+            self._shown.add(event.text or self._streamed.get(event.message_id, ""))
         elif isinstance(event, ToolCallChanged):
             detail = _short(event.error or event.result or event.arguments)
             self._line(f"⚙ {event.name} [{event.status.value}] {detail}".rstrip(), style="cyan")
@@ -278,7 +282,12 @@ class LiveView:
         style = "green" if isinstance(outcome, Completed) else "red"
         console.print(f"[bold {style}]{kind}[/] ({outcome_detail(outcome)})", markup=True)
         output = outcome.output
-        if isinstance(output, TextOutput) and output.text and not self._answered:
+        if (
+            isinstance(output, TextOutput)
+            and output.text
+            and not self._answered
+            and output.text not in self._shown
+        ):
             console.print(output.text, markup=False)
         if output is not None and not output.complete:
             console.print("  (the output is partial)", style="dim")
