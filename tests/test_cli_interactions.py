@@ -88,3 +88,15 @@ def test_ask_gives_up_when_stdin_ends() -> None:
     """``ahp-celery run`` takes ``typer.Abort`` as "nobody will answer" and cancels."""
     with CliRunner().isolation(input=""), pytest.raises(typer.Abort):
         ask(FREE)
+
+
+def test_an_approval_names_its_effect_kind_only_when_it_says_something() -> None:
+    other = ApprovalRequest(
+        InteractionId("approval-4"),
+        None,
+        "Allow save_note to run?",
+        EffectKind.OTHER,
+        {ApprovalDecision.APPROVE_ONCE, ApprovalDecision.DECLINE},
+    )
+    assert describe(other)[0] == "Approval needed: Allow save_note to run?"
+    assert describe(ONCE_OR_DECLINE)[0] == "Approval needed (command): Run `rm -rf build/`?"

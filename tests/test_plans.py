@@ -106,7 +106,7 @@ def test_the_scripted_model_follows_its_plan_and_then_quotes_the_session_and_too
     ]
     assert reply.text == (
         "[scripted model] You asked 'And what did I ask you before?'. Before that you asked "
-        "'What is the capital of France?' (1 earlier questions in this session). "
+        "'What is the capital of France?' (1 earlier question in this session). "
         "The word_count tool says: 6 words."
     )
 

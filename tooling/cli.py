@@ -222,8 +222,10 @@ def demo(
         ),
     ] = None,
 ) -> None:
-    """One worker process, one session, two tasks of the demo agent's pipeline (a tool
-    call, an approval, a pipeline step each), every event printed as it arrives."""
+    """Run the demo agent: one worker, one session, two tasks, every event printed.
+
+    Each task goes through the demo agent's pipeline: a tool call, an approval and a
+    pipeline step."""
     sigterm_interrupts()
     try:
         run_demo(redis_url, model, approve, notes_dir)

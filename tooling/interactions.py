@@ -24,6 +24,7 @@ from agent_harness_protocol import (
     ApprovalDecision,
     ApprovalRequest,
     ApprovalResponse,
+    EffectKind,
     InteractionRequest,
     InteractionResponse,
     QuestionRequest,
@@ -52,7 +53,10 @@ DECISION_LABELS: dict[ApprovalDecision, str] = {
 def describe(request: InteractionRequest) -> list[str]:
     """The lines that present ``request`` before it is answered."""
     if isinstance(request, ApprovalRequest):
-        effect = f" ({request.effect.value})" if request.effect is not None else ""
+        # The kind says something only when it is a specific one (a command, a file change).
+        kind = request.effect
+        shown = kind is not None and kind is not EffectKind.OTHER
+        effect = f" ({kind.value.replace('_', ' ')})" if kind is not None and shown else ""
         lines = [f"Approval needed{effect}: {request.prompt}"]
         if request.detail:
             lines.append(f"  {request.detail}")

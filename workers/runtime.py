@@ -194,6 +194,9 @@ class _LoopState:
         )
         if missing is not None:
             raise RedisModulesMissingError(missing)
+        # redisvl says "Index already exists, not overwriting." at INFO for each of the
+        # saver's indices on every start after the first: not news, so not logged.
+        logging.getLogger("redisvl.index.index").setLevel(logging.WARNING)
         await self.saver.asetup()
         self.renewer.start()
         if self.sweeper is not None:

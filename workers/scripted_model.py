@@ -50,7 +50,8 @@ def _reply(messages: list[BaseMessage]) -> str:
     else:
         reply = (
             f"[scripted model] You asked {latest!r}. Before that you asked {asked[-2]!r} "
-            f"({len(asked) - 1} earlier questions in this session)."
+            f"({len(asked) - 1} earlier question{'s' if len(asked) > 2 else ''} in this "
+            "session)."
         )
     names: dict[str, str] = {}  # by tool call id: a ToolMessage need not carry its name
     for message in messages[question_index(messages) + 1 :]:
