@@ -16,6 +16,10 @@ process running ``--sessions`` sessions concurrently, each running its
 (``bench.soak_model:SoakChatModel``, profile registry ``bench.soak_profiles:PROFILES``)
 streams its answer over a random 0.2-1.5 s and records every call's start and end (Redis
 clock, pid, process group, session, task) under the soak-only key prefix ``soak:<ns>:``.
+Every third session's agent first calls a tool with a real effect (``bench.soak_tools``),
+which works on for 0.3-1.2 s after its effect, so kills land mid-effect: ``soak_effect``
+(at least once: deduplicates its effect by the call's idempotency key) in sessions 1, 4,
+7 ..., ``soak_effect_once`` (at most once) in sessions 2, 5, 8 ....
 Meanwhile a chaos loop SIGKILLs a random worker (its whole process group, like a lost
 machine) every ``--kill-every`` seconds (jittered 0.5x-1.5x), never the last live one, and
 starts a replacement; a ``--pause-share`` of these faults instead SIGSTOPs the worker for
@@ -43,6 +47,9 @@ outcome arrived for ``--stall-timeout`` seconds while tasks were pending):
   sweepers' "publishing it again" log lines (worker wall clock = the host clock of Redis
   TIME), into kill -> first publication (finding the loss: lease lapse + sweep) and
   publication -> claim (waiting in the broker queue behind the other sessions' tasks);
+* tool effects, as the tools recorded them: an at-least-once call performs its effect
+  exactly once however often it ran, an at-most-once call never runs twice; and at least
+  one call of each kind was lost mid-effect (run again, resp. left unknown);
 * each session's checkpoint thread (``AsyncRedisSaver.aget_tuple``, thread id = session
   id): exactly one human input per completed task (message id = task id); "duplicated
   inputs" means a turn ran twice into the thread, "missing inputs" a completed turn that
@@ -126,6 +133,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from bench.soak_model import call_key, calls_key, expected_reply, soak_prefix  # noqa: E402
+from bench.soak_tools import tool_effects_key, tool_runs_key  # noqa: E402
 from harness import CeleryHarness  # noqa: E402
 from tooling.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig  # noqa: E402
 from tooling.worker_process import Pool, WorkerProcess  # noqa: E402
@@ -150,6 +158,8 @@ that it lost the lease); longer means a run kept calling the model without its l
 MALFORMED_BODIES: tuple[object, ...] = (5, None, {}, [1], {"x": 1}, "not a task")
 PROGRESS_SECONDS = 10.0
 INF = math.inf
+SESSION_PROFILES = ("soak", "soak-tool", "soak-tool-once")
+"""Session i runs profile ``SESSION_PROFILES[i % 3]`` (``bench.soak_profiles``)."""
 
 
 # -- records --------------------------------------------------------------------------------
@@ -703,6 +713,52 @@ def scan_logs(workers: list[WorkerProcess]) -> LogFacts:
     return LogFacts(times, dropped, received)
 
 
+async def _tool_effects(
+    client: aioredis.Redis, settings: Settings, results: list[TaskResult]
+) -> tuple[list[tuple[str, str]], list[tuple[str, list[str]]], tuple[int, int]]:
+    """The tools' effects as the tools recorded them (``bench.soak_tools``), against their
+    declared delivery: rows, (label, failures) pairs, and how many calls were lost
+    mid-effect (at least once: run again; at most once: left unknown)."""
+    namespace = settings.namespace
+    runs = [json.loads(item) for item in await client.lrange(tool_runs_key(namespace), 0, -1)]
+    effects = [json.loads(item) for item in await client.lrange(tool_effects_key(namespace), 0, -1)]
+    runs_by_key = Counter(run["key"] for run in runs)
+    effects_by_key = Counter(effect["key"] for effect in effects)
+    tool_of = {run["key"]: run["tool"] for run in runs}
+    least = [key for key, tool in tool_of.items() if tool == "soak_effect"]
+    most = [key for key, tool in tool_of.items() if tool == "soak_effect_once"]
+    keys = Keys(namespace)
+    # A call whose attempt was counted twice but whose tool ran once: its worker was lost
+    # mid-call and the at-most-once call was not run again.
+    attempts: dict[str, int] = {}
+    for result in results:
+        counted = await client.hgetall(keys.tool_attempts(result.task_id))
+        for call_id, number in counted.items():
+            attempts[f"{result.task_id}:{call_id!s}"] = int(number)
+    not_once = [
+        f"{key}: {effects_by_key[key]} effects" for key in least if effects_by_key[key] != 1
+    ]
+    twice = [f"{key}: {runs_by_key[key]} executions" for key in most if runs_by_key[key] > 1]
+    rerun = sum(1 for key in least if runs_by_key[key] > 1)
+    unknown = sum(1 for key in most if attempts.get(key, 1) > 1)
+    rows = [
+        (
+            "tool calls at least once: calls / executions / re-run / effects",
+            f"{len(least)} / {sum(runs_by_key[k] for k in least)} / {rerun} / "
+            f"{sum(effects_by_key[k] for k in least)}",
+        ),
+        (
+            "tool calls at most once: calls / executions / lost, not run again",
+            f"{len(most)} / {sum(runs_by_key[k] for k in most)} / {unknown}",
+        ),
+    ]
+    failures = [
+        ("at-least-once call whose deduplicated effect is not exactly one", not_once),
+        ("at-most-once call executed more than once", twice),
+    ]
+    return rows, failures, (rerun, unknown)
+
+
 def fmt_us(stamp: float, origin: int) -> str:
     return "open" if stamp == INF else f"{(stamp - origin) / 1e6:.3f}s"
 
@@ -908,6 +964,8 @@ async def check(
                     kind = getattr(message, "type", "")
                     if kind == "human":
                         asked = message.id
+                    elif kind == "ai" and getattr(message, "tool_calls", None):
+                        continue  # a tool call on the way to the answer
                     elif kind == "ai":
                         if asked is None or answers.get(asked) != message.text:
                             unseen_answers.append(f"{session_id}: {message.text[:80]!r}")
@@ -1064,7 +1122,10 @@ async def check(
         for r in state.unconfirmed
         if sum(1 for c in calls_by_task[r.task_id] if c.how == "done") > 1
     ]
+    tool_rows, tool_failures, tool_reruns = await _tool_effects(client, settings, results)
+    rows += tool_rows
     for label, items in (
+        *tool_failures,
         ("task not Completed", not_completed),
         ("missing input", missing_inputs),
         ("input of another task", foreign_inputs),
@@ -1099,6 +1160,8 @@ async def check(
         ("no resume followed a pause", chaos.pause_share > 0 and by_pause == 0),
         ("fewer Redis restarts than asked", len(state.redis_restarts) < expected_restarts),
         ("no malformed message was sent", expected_malformed and state.malformed_sent == 0),
+        ("no tool call was lost mid-effect and run again (at least once)", tool_reruns[0] == 0),
+        ("no tool call was lost mid-effect and left unknown (at most once)", tool_reruns[1] == 0),
     )
     findings.failures += [f"nothing tested: {what}" for what, missing in expected_faults if missing]
     for label, items in (("worker start failure", chaos.start_failures),):
@@ -1244,7 +1307,9 @@ async def soak(args: argparse.Namespace, server: EmbeddedRedis, log_dir: Path) -
     try:
         await chaos.start_pool()
         console.print(f"{len(chaos.live)} workers up after {time.monotonic() - started:.1f} s")
-        harness = CeleryHarness(settings, profile="soak")
+        # Every third session's agent calls a tool with a real effect before answering:
+        # at least once (deduplicated by its key) or at most once (bench.soak_tools).
+        harnesses = [CeleryHarness(settings, profile=profile) for profile in SESSION_PROFILES]
         load_started = time.monotonic()
         stop = asyncio.Event()
         chaos_task = asyncio.create_task(chaos.run(stop))
@@ -1270,7 +1335,14 @@ async def soak(args: argparse.Namespace, server: EmbeddedRedis, log_dir: Path) -
         try:
             await asyncio.gather(
                 *(
-                    run_session(harness, index, args.tasks_per_session, deadline, state, control)
+                    run_session(
+                        harnesses[index % len(harnesses)],
+                        index,
+                        args.tasks_per_session,
+                        deadline,
+                        state,
+                        control,
+                    )
                     for index in range(args.sessions)
                 )
             )
@@ -1297,10 +1369,11 @@ async def soak(args: argparse.Namespace, server: EmbeddedRedis, log_dir: Path) -
         if injector_errors:
             findings.failures.append(f"{len(injector_errors)} x fault injector crashed")
             findings.details += [f"fault injector crashed: {e}" for e in injector_errors]
-        try:
-            await asyncio.wait_for(harness.aclose(), 60)
-        except Exception as error:
-            console.print(f"[yellow]harness.aclose(): {type(error).__name__}: {error}[/]")
+        for harness in harnesses:
+            try:
+                await asyncio.wait_for(harness.aclose(), 60)
+            except Exception as error:
+                console.print(f"[yellow]harness.aclose(): {type(error).__name__}: {error}[/]")
     finally:
         await chaos.stop_all()
         await control.aclose()

@@ -10,23 +10,27 @@ records its end; the soak script closes it at the kill time it recorded itself.
 
 Keys: ``soak:<ns>:calls`` list of call ids in start order; ``soak:<ns>:call:<id>`` hash
 ``pid``, ``pgid``, ``session``, ``task``, ``start_us``, ``end_us``, ``how``
-(``done`` | ``cancelled`` | ``error``).
+(``done``: answered, ``tool``: called the profile's tool | ``cancelled`` | ``error``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from uuid import uuid4
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
 from langchain_core.messages import AIMessageChunk, BaseMessage, HumanMessage
 from langchain_core.messages.ai import UsageMetadata
+from langchain_core.messages.tool import tool_call_chunk
 from langchain_core.outputs import ChatGenerationChunk
+from langchain_core.runnables import Runnable
 from langchain_core.runnables.config import ensure_config
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 from redis.asyncio import Redis
 from redis.exceptions import BusyLoadingError
@@ -70,10 +74,15 @@ def expected_reply(text: str) -> str:
 
 
 class SoakChatModel(AsyncStreamingChatModel):
-    """Streams ``expected_reply(latest question)`` over ``min_seconds``-``max_seconds``."""
+    """Streams ``expected_reply(latest question)`` over ``min_seconds``-``max_seconds``.
+
+    With ``tool`` set, a turn's first call (its latest message is the question) instead
+    calls that tool with the question as ``label``; the call after the tool's result
+    answers as above."""
 
     min_seconds: float = 0.2
     max_seconds: float = 1.5
+    tool: str | None = None
 
     _clients: dict[int, Redis] = PrivateAttr(default_factory=dict)
     _namespace: str | None = PrivateAttr(default=None)
@@ -81,6 +90,10 @@ class SoakChatModel(AsyncStreamingChatModel):
     @property
     def _llm_type(self) -> str:
         return "ahp-soak"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[Any, Any]:
+        """Offer tools (the model calls ``tool`` only)."""
+        return self.bind(tools=[convert_to_openai_tool(tool) for tool in tools])
 
     def _redis(self) -> tuple[Redis, str]:
         if self._namespace is None:
@@ -113,6 +126,24 @@ class SoakChatModel(AsyncStreamingChatModel):
         how = "error"
         try:
             asked = [message.text for message in messages if isinstance(message, HumanMessage)]
+            if self.tool is not None and messages and isinstance(messages[-1], HumanMessage):
+                await asyncio.sleep(random.uniform(self.min_seconds, self.max_seconds) / 2)
+                call = tool_call_chunk(
+                    name=self.tool,
+                    args=json.dumps({"label": asked[-1] if asked else ""}),
+                    id=f"call-{uuid4().hex[:12]}",
+                    index=0,
+                )
+                yield ChatGenerationChunk(
+                    message=AIMessageChunk(
+                        content="",
+                        tool_call_chunks=[call],
+                        usage_metadata=_usage(messages, ""),
+                        chunk_position="last",
+                    )
+                )
+                how = "tool"  # a tool call, not an answer
+                return
             reply = expected_reply(asked[-1] if asked else "")
             pieces = _split(reply, CHUNKS)
             pause = random.uniform(self.min_seconds, self.max_seconds) / len(pieces)
