@@ -32,6 +32,7 @@ from wire.messages import RunMessage
 from wire.profiles import AgentProfile
 from wire.settings import Settings
 
+from .broker_connection import WorkerAMQP
 from .errors import RuntimeStoppedError
 from .intake import (
     TRANSPORT_ALIAS,
@@ -46,7 +47,7 @@ _REPORT_SECONDS = 0.2
 
 
 def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None = None) -> Celery:
-    app = Celery("ahp_workers", set_as_current=False)
+    app = Celery("ahp_workers", set_as_current=False, amqp=WorkerAMQP)
     app.conf.update(celery_config(settings))
     # Only well-formed run messages of this deployment reach Celery; the rest are
     # dropped and counted (see workers.intake).
