@@ -612,6 +612,22 @@ async def evidence(
     entries: Any = await client.xrange(keys.events(task_id))
     lines.append(f"  event stream tags: {[fields.get('t') for _, fields in entries]}")
     lines.append(f"  session record: {await client.hgetall(keys.session(session_id))}")
+    lines.append(f"  tool attempts: {await client.hgetall(keys.tool_attempts(task_id))}")
+    async with AsyncRedisSaver(redis_client=client) as saver:
+        config: Any = {"configurable": {"thread_id": session_id, "checkpoint_ns": ""}}
+        stored = await saver.aget_tuple(config)
+        if stored is not None:
+            values: Any = stored.checkpoint["channel_values"]
+            shown = [
+                getattr(m, "type", "?")
+                + ("+tool_calls" if getattr(m, "tool_calls", None) else "")
+                + f"({str(getattr(m, 'text', ''))[:24]!r})"
+                for m in values.get("messages", [])[-4:]
+            ]
+            lines.append(
+                f"  thread's latest checkpoint: last messages {shown}, "
+                f"metadata {stored.metadata}, pending writes {len(stored.pending_writes or [])}"
+            )
     lease = await client.get(keys.lease(session_id))
     lines.append(
         f"  session lease: {lease!r} (pttl {await client.pttl(keys.lease(session_id))} ms), "
@@ -846,6 +862,7 @@ async def check(
         suspects += [
             r.task_id for r in results if isinstance(r.outcome, Failed | Unresolved | Cancelled)
         ][:5]
+        suspects += [item.split(":", 1)[0] for item in wrong_outputs][:5]
         for task_id in suspects[:10]:
             findings.details += await evidence(
                 client, settings, by_id[task_id], chaos, calls, origin_us

@@ -36,6 +36,14 @@ from workers.tools import idempotency_key
 MIN_SECONDS = 0.3
 MAX_SECONDS = 1.2
 
+# KEYS[1] the call's deduplication mark, KEYS[2] the effect log; ARGV[1] '1': deduplicate,
+# ARGV[2] the effect record. Performs the effect unless deduplicating finds it done.
+_EFFECT = """
+if ARGV[1] == '1' and redis.call('SET', KEYS[1], '1', 'NX') == false then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[2])
+return 1
+"""
+
 
 def tool_runs_key(namespace: str) -> str:
     return soak_prefix(namespace) + "tool_runs"
@@ -74,15 +82,18 @@ async def _run(tool: str, runtime: ToolRuntime, *, deduplicate: bool) -> str:
                 tool_runs_key(namespace), json.dumps({**record, "pid": os.getpid()})
             )
         )
-        performs = True
-        if deduplicate:
-            performs = bool(
-                await _patiently(
-                    lambda: client.set(tool_done_key(namespace, key), str(os.getpid()), nx=True)
-                )
+        # The effect and its deduplication mark are one atomic step (as a real tool's
+        # would be: a unique constraint, a provider's idempotency key).
+        await _patiently(
+            lambda: client.eval(
+                _EFFECT,
+                2,
+                tool_done_key(namespace, key),
+                tool_effects_key(namespace),
+                "1" if deduplicate else "0",
+                json.dumps(record),
             )
-        if performs:
-            await _patiently(lambda: client.rpush(tool_effects_key(namespace), json.dumps(record)))
+        )
     finally:
         await client.aclose()
     await asyncio.sleep(random.uniform(MIN_SECONDS, MAX_SECONDS))  # still working: kill here

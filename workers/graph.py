@@ -124,7 +124,10 @@ class AgentGraph:
         for index, message in enumerate(messages):
             if isinstance(message, HumanMessage) and message.id == task_id:
                 turn = tuple(messages[index + 1 :])
-                if snapshot.next:
+                # ``next`` leaves out the step's nodes whose writes were kept already: a run
+                # lost after those writes and before the step's checkpoint left a turn
+                # whose ``next`` reads empty, yet ``tasks`` still holds that step.
+                if snapshot.next or snapshot.tasks:
                     return ResumePoint(ResumeKind.CONTINUE, turn)
                 return ResumePoint(ResumeKind.FINISHED, turn, halt_in(dict(values), task_id))
         return ResumePoint(ResumeKind.FRESH)
