@@ -840,12 +840,17 @@ async def check(
         overlaps: list[tuple[Call, Call]] = []
         stall_overlaps: list[tuple[Call, Call, float]] = []
         for earlier, later in find_overlaps(calls):
+            # The stalled worker's call overlaps a successor's call that started while it
+            # was stopped, or in the tail after SIGCONT, while its run sees that the lease
+            # is lost (the tail itself is bounded below).
             stall = next(
                 (
                     pause
                     for pause in chaos.pauses
                     if pause.pgid == earlier.pgid
-                    and pause.before_us <= later.start_us <= pause.after_us
+                    and pause.before_us
+                    <= later.start_us
+                    <= pause.after_us + PAUSE_TAIL_LIMIT_S * 1e6
                 ),
                 None,
             )

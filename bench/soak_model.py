@@ -124,6 +124,7 @@ class SoakChatModel(AsyncStreamingChatModel):
         # The start is on record before the call does anything.
         await _complete(_stamp(redis, 2, key, calls_key(namespace), "start_us", call_id, *fields))
         how = "error"
+        ended = False
         try:
             asked = [message.text for message in messages if isinstance(message, HumanMessage)]
             if self.tool is not None and messages and isinstance(messages[-1], HumanMessage):
@@ -134,15 +135,16 @@ class SoakChatModel(AsyncStreamingChatModel):
                     id=f"call-{uuid4().hex[:12]}",
                     index=0,
                 )
+                # The call is over once its one chunk is made: its end is on record before
+                # the chunk leaves (the consumer need not advance the stream past it).
+                how = "tool"  # a tool call, not an answer
+                await _complete(_stamp(redis, 1, key, "end_us", call_id, "how", how))
+                ended = True
                 yield ChatGenerationChunk(
                     message=AIMessageChunk(
-                        content="",
-                        tool_call_chunks=[call],
-                        usage_metadata=_usage(messages, ""),
-                        chunk_position="last",
+                        content="", tool_call_chunks=[call], usage_metadata=_usage(messages, "")
                     )
                 )
-                how = "tool"  # a tool call, not an answer
                 return
             reply = expected_reply(asked[-1] if asked else "")
             pieces = _split(reply, CHUNKS)
@@ -159,7 +161,8 @@ class SoakChatModel(AsyncStreamingChatModel):
             how = "cancelled"
             raise
         finally:
-            await _complete(_stamp(redis, 1, key, "end_us", call_id, "how", how))
+            if not ended:
+                await _complete(_stamp(redis, 1, key, "end_us", call_id, "how", how))
 
 
 def _split(text: str, parts: int) -> list[str]:

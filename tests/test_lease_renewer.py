@@ -22,9 +22,11 @@ from wire.keys import Keys
 from wire.settings import Settings
 from wire.store import RecordStore
 from workers.admission import RunAdmission
+from workers.errors import StaleLeaseError
 from workers.lease import SessionLease
 from workers.lease_renewer import LeaseRenewer
 from workers.loop_lag import LoopLag
+from workers.runner import GraphProvider, LiveRun, TaskRunner
 
 from .support.tcp_proxy import proxy_to
 
@@ -233,3 +235,29 @@ async def test_start_slots_bound_the_runs_starting_at_once(settings: Settings) -
     finally:
         stopping.set()
         lag.stop()
+
+
+async def test_a_run_stalled_past_its_deadline_starts_no_model_call_before_the_renewer_runs(
+    settings: Settings, store: RecordStore
+) -> None:
+    """A worker resumed from a stall (SIGSTOP, a VM pause) longer than the renewal deadline:
+    its loop may reach the step before a model call before the renewer thread has judged
+    the lease. The gate reads the deadline from the clock and refuses (seen in the soak
+    with tools: a stalled run's model call started after SIGCONT, beside its successor's)."""
+    lease = await _claimed(store, None, claimed_ago=TTL.total_seconds() / 2 + 0.1)
+    assert not lease.lost.is_set()  # no renewer has said anything
+    live = LiveRun(lease.task_id, lease_lost=lease.lost)
+    runner = TaskRunner(
+        settings=settings,
+        store=store,
+        profiles={},
+        graphs=GraphProvider(),
+        runs={},
+        delete_thread=_no_thread_deletion,
+    )
+    with pytest.raises(StaleLeaseError):
+        await runner._cancel_gate(live, lease)  # the step boundary before every model call
+
+
+async def _no_thread_deletion(thread_id: str) -> None:
+    raise AssertionError(f"nothing deletes {thread_id} here")

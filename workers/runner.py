@@ -278,7 +278,7 @@ class TaskRunner:
             # How the session wants approval-gated tool calls decided (the approval route).
             APPROVAL_METADATA: spec.requirements.approval.value,
         }
-        self._graphs.calls.guard(live.task_id, lambda: self._cancel_gate(live))
+        self._graphs.calls.guard(live.task_id, lambda: self._cancel_gate(live, lease))
         # What the task's runs measured before it paused for the caller.
         base = usage_from_json(loads(record.get(TaskField.PAUSED_USAGE) or "{}"))
         paused_before = bool(record.get(TaskField.PAUSED_USAGE))
@@ -445,12 +445,18 @@ class TaskRunner:
             )
         return profile
 
-    async def _cancel_gate(self, live: LiveRun) -> None:
-        """Step boundary before the model is invoked: a lost lease stops the run, and a
-        cancellation recorded by now wins, even one whose ``CancelledError`` was swallowed
-        (redis-py's ``wait_for`` on Python 3.11) or whose message this process missed. One
-        HGET, none once the in-memory signal is set. Unreadable (Redis restarting): the
-        signal, the renewer and the listener still deliver it to the model call."""
+    async def _cancel_gate(self, live: LiveRun, lease: SessionLease) -> None:
+        """Step boundary before the model is invoked (and before each tool effect): a lost
+        lease stops the run, and a cancellation recorded by now wins, even one whose
+        ``CancelledError`` was swallowed (redis-py's ``wait_for`` on Python 3.11) or whose
+        message this process missed. One HGET, none once the in-memory signal is set.
+        Unreadable (Redis restarting): the signal, the renewer and the listener still
+        deliver it to the model call.
+
+        The lease counts as lost here also when its renewal deadline passed, read from the
+        clock, not only once the renewer said so: a worker stalled past the deadline (a
+        SIGSTOP, a VM pause) resumes with its loop and its renewer thread racing, and its
+        run must not start a model call before the renewer has run."""
         if not live.cancel_requested.is_set():
             try:
                 if await self._store.cancel_recorded(live.task_id):
@@ -459,7 +465,7 @@ class TaskRunner:
                 log.warning("task %s: cancel flag unreadable (%s)", live.task_id, error)
         if live.cancel_requested.is_set():
             raise RunCancelledError(live.task_id)
-        if live.lease_lost.is_set():
+        if live.lease_lost.is_set() or not lease.locally_valid():
             # The next holder runs the turn; this run must not call the model any more.
             raise StaleLeaseError("lease lost before the model call", task_id=live.task_id)
 
