@@ -33,6 +33,8 @@ _OTHER_HASHES = {
     ("pause.lua", "KEYS[5]"),
     ("respond.lua", "KEYS[2]"),
     ("respond.lua", "KEYS[3]"),
+    # A task's tool attempt counts (Keys.tool_attempts), by tool call id.
+    ("tool_attempt.lua", "KEYS[2]"),
 }
 
 
