@@ -207,15 +207,21 @@ def _spawn(
     return process
 
 
-def _await_model_call(process: subprocess.Popen[str], boundary: ModelBoundary) -> list[Any]:
-    """Read the run's JSON lines up to its ``task`` line, then wait until the model runs
-    that task; the lines read."""
+def _read_to_task_line(process: subprocess.Popen[str]) -> list[Any]:
+    """The run's JSON lines up to its ``task`` line."""
     assert process.stdout is not None
     lines: list[Any] = []
     while not lines or lines[-1]["kind"] != "task":
         line = process.stdout.readline()
         assert line, f"the run ended early: {process.wait()} {process.stderr}"
         lines.append(json.loads(line))
+    return lines
+
+
+def _await_model_call(process: subprocess.Popen[str], boundary: ModelBoundary) -> list[Any]:
+    """Read the run's JSON lines up to its ``task`` line, then wait until the model runs
+    that task; the lines read."""
+    lines = _read_to_task_line(process)
     asyncio.run(_wait_for_call(boundary, str(lines[-1]["task_id"])))
     return lines
 
@@ -400,13 +406,8 @@ def test_without_a_worker_run_says_so_and_ctrl_c_cancels_with_nothing_to_clean(
     ran, so no checkpoint was written), with no error."""
     env = {**cli_env, "AHP_QUEUE": f"{settings.queue}.unserved"}
     process = _spawn(run_process, env, "--json", "nobody takes this")
-    assert process.stdout is not None
     assert process.stderr is not None
-    lines: list[Any] = []
-    while not lines or lines[-1]["kind"] != "task":
-        line = process.stdout.readline()
-        assert line, f"the run ended early: {process.wait()}"
-        lines.append(json.loads(line))
+    _read_to_task_line(process)
     readable, _, _ = select.select([process.stderr], [], [], 15)
     assert readable, "nothing said within 15 s that no worker took the task"
     notice = process.stderr.readline()

@@ -29,13 +29,21 @@ class _Broker:
             raise ConnectionError("broker unreachable")
 
 
+async def _first_broadcast_in_flight(
+    batcher: RevokeBatcher, broker: _Broker
+) -> asyncio.Future[None]:
+    """Revoke ``first``; returns once its broadcast is being sent (and held)."""
+    first = asyncio.ensure_future(batcher.revoke("first"))
+    while not broker.threads:  # noqa: ASYNC110 (a thread sets it)
+        await asyncio.sleep(0.001)
+    return first
+
+
 async def test_revokes_that_wait_behind_a_broadcast_join_the_next_one() -> None:
     broker = _Broker()
     batcher = RevokeBatcher(broker.broadcast)
     try:
-        first = asyncio.ensure_future(batcher.revoke("first"))
-        while not broker.threads:  # noqa: ASYNC110 (a thread sets it)
-            await asyncio.sleep(0.001)
+        first = await _first_broadcast_in_flight(batcher, broker)
         burst = [asyncio.ensure_future(batcher.revoke(f"t{n}")) for n in range(200)]
         await asyncio.sleep(0.05)
         broker.go.set()
@@ -64,9 +72,7 @@ async def test_a_cancelled_revoke_leaves_its_batch_to_the_others() -> None:
     broker = _Broker()
     batcher = RevokeBatcher(broker.broadcast)
     try:
-        first = asyncio.ensure_future(batcher.revoke("first"))
-        while not broker.threads:  # noqa: ASYNC110 (a thread sets it)
-            await asyncio.sleep(0.001)
+        first = await _first_broadcast_in_flight(batcher, broker)
         gone = asyncio.ensure_future(batcher.revoke("gone"))
         kept = asyncio.ensure_future(batcher.revoke("kept"))
         await asyncio.sleep(0.01)
