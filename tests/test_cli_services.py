@@ -170,13 +170,12 @@ def test_flower_unauthenticated_warns_and_serves_anyone(
     assert "WITHOUT authentication" in stderr
 
 
-def test_redis_command_requires_the_password_from_the_environment_and_never_prints_it(
-    processes: list[subprocess.Popen[str]],
-) -> None:
-    port = _free_port()
-    env = {**os.environ, "REDIS_PASSWORD": PASSWORD}
+def _redis_command(
+    processes: list[subprocess.Popen[str]], env: dict[str, str], *args: str
+) -> tuple[subprocess.Popen[str], list[str]]:
+    """``ahp-celery redis`` in a process of its own, and its two banner lines."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tooling.cli", "redis", "--port", str(port)],
+        [sys.executable, "-m", "tooling.cli", "redis", *args],
         cwd=PROJECT_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -185,7 +184,15 @@ def test_redis_command_requires_the_password_from_the_environment_and_never_prin
     )
     processes.append(process)
     assert process.stdout is not None
-    banner = [process.stdout.readline(), process.stdout.readline()]
+    return process, [process.stdout.readline(), process.stdout.readline()]
+
+
+def test_redis_command_requires_the_password_from_the_environment_and_never_prints_it(
+    processes: list[subprocess.Popen[str]],
+) -> None:
+    port = _free_port()
+    env = {**os.environ, "REDIS_PASSWORD": PASSWORD}
+    process, banner = _redis_command(processes, env, "--port", str(port))
     assert "export REDIS_URL=redis://:$REDIS_PASSWORD@127.0.0.1" in banner[1], banner
     anonymous = redis.Redis(port=port, socket_timeout=5)
     with pytest.raises(redis.AuthenticationError):
@@ -205,16 +212,7 @@ def test_redis_command_listens_on_6379_where_every_default_points_when_it_is_fre
     processes: list[subprocess.Popen[str]],
 ) -> None:
     free = port_is_free(DEFAULT_PORT)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tooling.cli", "redis"],
-        cwd=PROJECT_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    processes.append(process)
-    assert process.stdout is not None
-    banner = [process.stdout.readline(), process.stdout.readline()]
+    process, banner = _redis_command(processes, dict(os.environ))
     process.terminate()
     process.communicate(timeout=30)
     if free:
