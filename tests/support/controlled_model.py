@@ -257,11 +257,12 @@ class ControlledChatModel(BaseChatModel):
         task_id = str(metadata.get("ahp_task_id", ""))
         running = running_key(str(metadata.get("ahp_session_id", "")))
         messages = self._convert_input(input).to_messages()
+        scope = str(metadata.get(SCOPE, ""))
         call = {
             "task": task_id,
             "texts": [message.text for message in messages],
             "pid": os.getpid(),
-            "scope": str(metadata.get(SCOPE, "")),
+            "scope": scope,
             # The tools the agent offered this call (bound through ``bind_tools``).
             "tools": sorted(_tool_name(tool) for tool in kwargs.get("tools") or ()),
         }
@@ -273,14 +274,14 @@ class ControlledChatModel(BaseChatModel):
         # never leak: a cancellation during it is taken after it (or ignored, if so set).
         entered = asyncio.ensure_future(self._enter(redis, running, member, call))
         try:
-            await self._finish_then_honour_cancel(redis, entered, task_id)
+            await self._finish_then_honour_cancel(redis, entered, task_id, scope)
             async for chunk in super().astream(input, config, stop=stop, **kwargs):
                 yield chunk
         finally:
             _TAGGED_REPLY.reset(tagged)
             await asyncio.shield(entered)
             await self._finish_then_honour_cancel(
-                redis, asyncio.ensure_future(self._leave(redis, running, member)), task_id
+                redis, asyncio.ensure_future(self._leave(redis, running, member)), task_id, scope
             )
 
     async def _astream(
@@ -344,18 +345,18 @@ class ControlledChatModel(BaseChatModel):
                 raise
 
     async def _finish_then_honour_cancel(
-        self, redis: Redis, work: asyncio.Future[None], task_id: str
+        self, redis: Redis, work: asyncio.Future[None], task_id: str, scope: str
     ) -> None:
+        """Finish the bookkeeping, then take a cancellation that arrived during it the
+        way the rest of the call does: a deafened scope disregards it too."""
         cancelled = False
         while not work.done():
             try:
                 await asyncio.shield(work)
             except asyncio.CancelledError:
                 cancelled = True
-        if cancelled:
-            await asyncio.shield(self._count_cancel(redis, task_id))
-            if not self.ignore_cancellation:
-                raise asyncio.CancelledError
+        if cancelled and await self._cancelled(redis, task_id, scope):
+            raise asyncio.CancelledError
 
     @staticmethod
     async def _enter(redis: Redis, running: str, member: str, call: dict[str, Any]) -> None:
