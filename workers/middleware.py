@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from agent_harness_protocol import WorkStatus
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -47,6 +48,7 @@ from .approvals import ApprovalRoute
 from .effects import report_effect
 from .errors import WorkerError
 from .model_calls import ModelCalls
+from .model_streams import closing_model_streams, track_streams
 from .stream_items import ToolChange, canonical_arguments, report_notice, report_tool_change
 from .tool_delivery import attempt_work_id, begin_attempt, call_key, with_idempotency_key
 
@@ -132,6 +134,8 @@ class GuardedModelCall(AgentMiddleware[Any, Any, Any]):
         """Call the model through ``astream``: unlike ``ainvoke`` (which gathers), a model
         that finishes despite a cancellation really returns its message."""
         model: Any = request.model
+        if isinstance(model, BaseChatModel):
+            track_streams(model)  # its provider stream is closed when this call ends
         if request.tools:
             model = model.bind_tools(
                 request.tools, tool_choice=request.tool_choice, **request.model_settings
@@ -151,11 +155,12 @@ class GuardedModelCall(AgentMiddleware[Any, Any, Any]):
         # in between, so a call cancelled before this never reached the provider.
         self._calls.mark_started(key)
         try:
-            async for chunk in stream:
-                if observe is not None:
-                    observe(chunk)  # first: its event leaves before the merge below
-                chunks.append(chunk)  # merged once at the end: merging each is quadratic
-                finished = getattr(chunk, "chunk_position", None) == "last"
+            async with closing_model_streams():
+                async for chunk in stream:
+                    if observe is not None:
+                        observe(chunk)  # first: its event leaves before the merge below
+                    chunks.append(chunk)  # merged once at the end: merging each is quadratic
+                    finished = getattr(chunk, "chunk_position", None) == "last"
         except asyncio.CancelledError:
             # The model had already delivered its last chunk: completion won the race.
             if not finished:
