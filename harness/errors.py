@@ -48,6 +48,8 @@ from agent_harness_protocol import (
     SessionId,
 )
 
+import wire.errors as wire_errors
+
 
 class CeleryHarnessError(RuntimeError):
     """Root of every error this package defines."""
@@ -169,9 +171,11 @@ class StoredHistoryUnavailableError(CeleryHarnessError, HarnessTransportError):
         super().__init__(f"the checkpoint history of session {session_id} is not in storage")
 
 
-class RedisModulesMissingError(CeleryHarnessError, HarnessTransportError):
-    """The deployment's Redis lacks the Query Engine or JSON that checkpoints need
-    (a plain Redis 7, a managed Redis without modules): nothing can run there."""
+class RedisModulesMissingError(
+    CeleryHarnessError, HarnessTransportError, wire_errors.RedisModulesMissingError
+):
+    """``wire.errors.RedisModulesMissingError`` as the caller's AHP transport error: the
+    deployment's Redis lacks the Query Engine or JSON that checkpoints need."""
 
 
 class UnknownInteractionError(CeleryHarnessError, LookupError, ValueError):

@@ -13,8 +13,10 @@ WorkerError (RuntimeError)
 │                          (``profile``: its name)
 ├── ModelBuildError        the profile's chat model could not be built
 ├── InteractionError       a resume value does not answer the interaction its node asked
-├── ToolBuildError         a tool the profile declares could not be built
-└── RedisModulesMissingError the checkpoint Redis lacks the Query Engine or JSON
+└── ToolBuildError         a tool the profile declares could not be built
+
+A checkpoint Redis without the Query Engine or JSON raises
+``wire.errors.RedisModulesMissingError``, the one the callers raise too.
 """
 
 from __future__ import annotations
@@ -96,10 +98,6 @@ class ToolIdempotencyKeyMissingError(WorkerError):
 
 class ToolBuildError(WorkerError):
     """A tool named by a profile could not be imported or wrapped."""
-
-
-class RedisModulesMissingError(WorkerError):
-    """The checkpoint Redis lacks the Query Engine or JSON: the worker cannot serve."""
 
 
 class InteractionError(WorkerError):

@@ -21,6 +21,7 @@ from uuid import uuid4
 
 from redis.asyncio import BlockingConnectionPool, Redis
 
+from wire.errors import RedisModulesMissingError
 from wire.keys import Keys
 from wire.modules import missing_modules
 from wire.profiles import AgentProfile, load_profiles
@@ -34,7 +35,7 @@ from .approval_route import CallerApprovalRoute
 from .checkpoints import FencedRedisSaver
 from .claimer import DeliveryClaimer
 from .control import CancelListener, MaintenanceConsumer
-from .errors import FencingUnavailableError, RedisModulesMissingError, RuntimeStoppedError
+from .errors import FencingUnavailableError, RuntimeStoppedError
 from .graph import AgentGraph, ModelCalls
 from .import_cache import fail_fast_if_missing
 from .lease_renewer import LeaseRenewer
