@@ -35,7 +35,11 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"
+"""What a session, task or tenant id may be: it is embedded in keys (the one declaration)."""
+ID_RULE = "1-128 characters [A-Za-z0-9_.-]"
+""":data:`ID_PATTERN` in words, for error messages and API descriptions."""
+_ID = re.compile(ID_PATTERN)
 MODULES_PROBE_KEY = "ahp:modules-probe"
 """Never written, only read (``JSON.TYPE``) by the probe of ``wire.modules``; outside any
 namespace because the probe is about the server, not a deployment."""

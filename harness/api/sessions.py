@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Path, Response, status
 
 from harness.errors import CheckpointCleanupError, UnknownSessionError
 from harness.session import CelerySession
+from wire import keys
 from wire.keys import is_valid_id
 from wire.narrowing import NarrowedSessionSpec
 from wire.provider import PROVIDER
@@ -33,7 +34,7 @@ from .problems import (
 )
 from .state import ApiState, api_state
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+ID_PATTERN = f"^{keys.ID_PATTERN}$"
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -44,14 +45,14 @@ SessionIdPath = Annotated[
     Path(
         pattern=ID_PATTERN,
         max_length=128,
-        description="A session id: 1-128 characters [A-Za-z0-9_.-].",
+        description=f"A session id: {keys.ID_RULE}.",
     ),
 ]
 
 
 def require_id(kind: str, value: str) -> str:
     if not is_valid_id(value):
-        raise invalid([Issue(path=f"path.{kind}_id", message="1-128 characters [A-Za-z0-9_.-]")])
+        raise invalid([Issue(path=f"path.{kind}_id", message=keys.ID_RULE)])
     return value
 
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from wire.keys import is_valid_id
+from wire.keys import ID_RULE, is_valid_id
 from wire.settings import plain_seconds
 
 MIB = 1024 * 1024
@@ -131,7 +131,7 @@ class ApiSettings(BaseSettings):
     def _tenants_are_ids(self) -> ApiSettings:
         for tenant, tokens in self.tenant_tokens().items():
             if not is_valid_id(tenant):
-                raise ValueError("a tenant name must be 1-128 characters [A-Za-z0-9_.-]")
+                raise ValueError(f"a tenant name must be {ID_RULE}")
             if any(len(token.get_secret_value()) < 16 for token in tokens):
                 raise ValueError(f"a token of tenant {tenant} is shorter than 16 characters")
         return self
