@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from wire.backoff import Outage
+from wire.backoff import Outage, Retries
 
 
 async def test_pauses_double_up_to_the_cap_and_reset_after_a_success(
@@ -61,3 +61,35 @@ async def test_an_outage_is_logged_once_when_it_begins_and_once_when_it_ends(
     levels = [record.levelno for record in caplog.records]
     assert levels == [logging.WARNING, logging.INFO, logging.ERROR]
     assert caplog.records[-1].exc_info is not None  # a real bug keeps its traceback
+
+
+def test_retries_jitter_each_pause_within_its_step_and_start_over_after_a_quiet_spell(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [0.0]
+    monkeypatch.setattr("wire.backoff.time.monotonic", lambda: now[0])
+    retries = Retries(
+        first=timedelta(seconds=0.5), cap=timedelta(seconds=5), reset_after=timedelta(seconds=30)
+    )
+    steps = [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+    pauses = []
+    for _ in steps:
+        now[0] += 1
+        pauses.append(retries.next_pause())
+    for pause, step in zip(pauses, steps, strict=True):
+        assert step / 2 <= pause <= step
+    now[0] += 31  # a quiet spell: the next failure is a first one again
+    assert 0.25 <= retries.next_pause() <= 0.5
+    retries.next_pause()
+    retries.reset()
+    assert 0.25 <= retries.next_pause() <= 0.5
+    exact = Retries(first=timedelta(seconds=1), cap=timedelta(seconds=3), jitter=False)
+    assert [exact.next_pause() for _ in range(3)] == [1.0, 2.0, 3.0]
+
+
+def test_retries_are_jittered_so_processes_that_failed_together_spread_out() -> None:
+    draws = {
+        Retries(first=timedelta(seconds=1), cap=timedelta(seconds=1)).next_pause()
+        for _ in range(20)
+    }
+    assert len(draws) > 1

@@ -1,18 +1,24 @@
-"""One way to wait out a Redis outage, for every loop on either side that must.
+"""One way to pause between attempts, for every retry loop on either side.
 
-An :class:`Outage` tracks one consumer's run of failures: it sleeps with exponential backoff
-(redis-py's ``ExponentialBackoff``) between attempts, logs once when an outage begins (a
-warning for connection errors, the traceback for anything else) and once when it ends, and,
-when given a window, says when the outage has lasted too long to keep trying.
+:class:`Retries` is the sequence of pauses of one retry loop: exponential with equal
+jitter (redis-py's ``EqualJitterBackoff``: each pause is between half and all of its
+exponential step, so processes that failed together do not retry together), from a first
+pause up to a cap, starting again from the first after a quiet spell.
+
+An :class:`Outage` tracks one consumer's run of Redis failures: it pauses by
+:class:`Retries` between attempts, logs once when an outage begins (a warning for
+connection errors, the traceback for anything else) and once when it ends, and, when
+given a window, says when the outage has lasted too long to keep trying.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import timedelta
 
-from redis.backoff import ExponentialBackoff
+from redis.backoff import EqualJitterBackoff, ExponentialBackoff
 from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -26,6 +32,47 @@ CONNECTION_ERRORS: tuple[type[Exception], ...] = (
 )
 """Errors that say Redis could not be reached (or is still loading after a restart): the
 command may be tried again once it is back."""
+
+
+class Retries:
+    """The pauses of one retry loop.
+
+    Args:
+        first: The longest first pause; each further failure doubles the step.
+        cap: The longest pause.
+        reset_after: A failure this long after the previous one starts the sequence again
+            from ``first`` (``None``: only :meth:`reset` does).
+        jitter: Whether each pause is drawn between half and all of its step (``False``:
+            exactly the step, for a loop alone on its process).
+    """
+
+    def __init__(
+        self,
+        *,
+        first: timedelta,
+        cap: timedelta,
+        reset_after: timedelta | None = None,
+        jitter: bool = True,
+    ) -> None:
+        shape = EqualJitterBackoff if jitter else ExponentialBackoff
+        self._backoff = shape(cap=cap.total_seconds(), base=first.total_seconds())
+        self._reset_after = None if reset_after is None else reset_after.total_seconds()
+        self._failures = 0
+        self._last = float("-inf")
+
+    def next_pause(self) -> float:
+        """Note a failure; the seconds to pause before the next attempt."""
+        now = time.monotonic()
+        if self._reset_after is not None and now - self._last > self._reset_after:
+            self._failures = 0
+        self._last = now
+        pause = self._backoff.compute(self._failures)
+        self._failures += 1
+        return pause
+
+    def reset(self) -> None:
+        """Note a success: the next failure pauses ``first`` again."""
+        self._failures = 0
 
 
 class Outage:
@@ -50,11 +97,11 @@ class Outage:
         logger: logging.Logger = log,
     ) -> None:
         self._what = what
-        self._backoff = ExponentialBackoff(cap=cap.total_seconds(), base=first.total_seconds())
+        # One consumer per process and outage: its pauses are exact, not jittered.
+        self._retries = Retries(first=first, cap=cap, jitter=False)
         self._window = None if window is None else window.total_seconds()
         self._log = logger
         self._since: float | None = None
-        self._failures = 0
 
     @property
     def failing(self) -> bool:
@@ -77,7 +124,7 @@ class Outage:
             return False
         self._log.info("%s: Redis reachable again after %.1f s", self._what, self.seconds())
         self._since = None
-        self._failures = 0
+        self._retries.reset()
         return True
 
     async def back_off(self, error: BaseException) -> None:
@@ -88,11 +135,10 @@ class Outage:
                 self._log.warning("%s: %s: %s; retrying", self._what, type(error).__name__, error)
             else:
                 self._log.error("%s failed; retrying", self._what, exc_info=error)
-        pause = self._backoff.compute(self._failures)
-        self._failures += 1
+        pause = self._retries.next_pause()
         if self._window is not None:
             pause = min(pause, max(0.0, self._window - self.seconds()))
         await asyncio.sleep(pause)
 
 
-__all__ = ["CONNECTION_ERRORS", "Outage"]
+__all__ = ["CONNECTION_ERRORS", "Outage", "Retries"]

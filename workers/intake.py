@@ -33,6 +33,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from queue import Empty
 from typing import Any
 from uuid import uuid4
@@ -44,6 +45,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Message as VirtualMessage
 from redis.exceptions import OutOfMemoryError, ResponseError
 
+from wire.backoff import Retries
 from wire.celery_config import RUN_TASK
 from wire.keys import Keys, is_valid_id
 from wire.kombu_transport import ReusingRedisChannel
@@ -343,23 +345,12 @@ def guarded_transport_options(intake: MessageIntake) -> dict[str, str]:
     return {INTAKE_OPTION: key}
 
 
-_BACKOFF_FIRST = 0.5
-_BACKOFF_MAX = 5.0
-_BACKOFF_RESET = 30.0
-
-
-class _Backoff:
-    def __init__(self) -> None:
-        self._delay = _BACKOFF_FIRST
-        self._last = float("-inf")
-
-    def next(self) -> float:
-        now = time.monotonic()
-        if now - self._last > _BACKOFF_RESET:
-            self._delay = _BACKOFF_FIRST
-        self._last = now
-        delay, self._delay = self._delay, min(self._delay * 2, _BACKOFF_MAX)
-        return delay
+def _refusal_retries() -> Retries:
+    """Pauses between consuming again after the broker refused: 0.5 s doubling to 5 s,
+    from 0.5 s again after 30 s without a refusal."""
+    return Retries(
+        first=timedelta(seconds=0.5), cap=timedelta(seconds=5), reset_after=timedelta(seconds=30)
+    )
 
 
 class GuardedConsumer(Consumer):  # type: ignore[misc]
@@ -367,7 +358,7 @@ class GuardedConsumer(Consumer):  # type: ignore[misc]
 
     The worker's app carries the intake as ``app.ahp_intake`` (see ``create_app``)."""
 
-    _refusals: _Backoff | None = None
+    _refusals: Retries | None = None
 
     def create_task_handler(self, *args: Any, **kwargs: Any) -> Callable[[Any], None]:
         handle = super().create_task_handler(*args, **kwargs)
@@ -407,8 +398,8 @@ class GuardedConsumer(Consumer):  # type: ignore[misc]
         if not isinstance(exc, ResponseError):
             return
         if self._refusals is None:
-            self._refusals = _Backoff()
-        delay = self._refusals.next()
+            self._refusals = _refusal_retries()
+        delay = self._refusals.next_pause()
         what = (
             "refuses writes (maxmemory reached)"
             if isinstance(exc, OutOfMemoryError)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from datetime import timedelta
 
 import redis
 
+from wire.backoff import Retries
 from wire.modules import missing_modules_sync, redact_url
 from wire.redis_options import pool_options
 from wire.settings import Settings
@@ -23,8 +25,10 @@ log = logging.getLogger(__name__)
 EXIT_UNSUITABLE_REDIS = 78
 """The worker's exit code when Redis lacks the modules (``EX_CONFIG`` of sysexits.h)."""
 
-_FIRST_DELAY = 0.5
-_MAX_DELAY = 5.0
+
+def _unreachable_retries() -> Retries:
+    """Pauses while Redis cannot be reached: 0.5 s doubling to 5 s, as Celery's broker."""
+    return Retries(first=timedelta(seconds=0.5), cap=timedelta(seconds=5))
 
 
 def refuse_without_modules(settings: Settings) -> None:
@@ -32,7 +36,7 @@ def refuse_without_modules(settings: Settings) -> None:
     (``SystemExit``, the message on stderr) if it lacks them. While Redis cannot be
     reached this waits, retrying with backoff, like Celery waits for its broker."""
     url = settings.effective_checkpoint_url
-    delay = _FIRST_DELAY
+    retries = _unreachable_retries()
     warned = False
     while True:
         client = redis.Redis.from_url(
@@ -44,8 +48,7 @@ def refuse_without_modules(settings: Settings) -> None:
             if not warned:
                 log.warning("cannot reach Redis at %s (%s); retrying", redact_url(url), error)
                 warned = True
-            time.sleep(delay)
-            delay = min(delay * 2, _MAX_DELAY)
+            time.sleep(retries.next_pause())
             continue
         finally:
             client.close()

@@ -23,12 +23,14 @@ import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from harness.task import CeleryTask
+from wire.backoff import Retries
 from wire.codec import dumps
 
 from .problems import Issue
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 SIGNATURE_HEADER = "Webhook-Signature"
 ID_HEADER = "Webhook-Id"
 _RETRY_STATUSES = frozenset({408, 425, 429})
+_LONGEST_PAUSE = timedelta(minutes=5)
 
 
 def sign(secret: bytes, timestamp: int, body: bytes) -> str:
@@ -117,7 +120,7 @@ class Webhooks:
         secret = self._settings.webhook_secret
         assert secret is not None  # checked at creation
         key = secret.get_secret_value().encode()
-        delay = self._settings.webhook_first_delay.total_seconds()
+        retries = Retries(first=self._settings.webhook_first_delay, cap=_LONGEST_PAUSE)
         client = self._http()
         for attempt in range(1, self._settings.webhook_attempts + 1):
             headers = {
@@ -138,8 +141,7 @@ class Webhooks:
                 outcome = str(response.status_code)
             if attempt < self._settings.webhook_attempts:
                 log.info("webhook of task %s: attempt %d failed (%s)", task_id, attempt, outcome)
-                await asyncio.sleep(delay)
-                delay *= 2
+                await asyncio.sleep(retries.next_pause())
         log.warning("webhook of task %s not delivered after every attempt", task_id)
 
     def _http(self) -> httpx.AsyncClient:
