@@ -6,7 +6,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redisvl.exceptions import RedisSearchError
 
-from workers.runner import connection_lost
+from wire.backoff import connection_lost
 
 
 def _raised_from(error: BaseException, cause: BaseException) -> BaseException:

@@ -113,6 +113,7 @@ async def test_worker_whose_lease_was_taken_over_cannot_write_event_checkpoint_o
     keys = Keys(settings.namespace)
     # The in-process workers log at ERROR; their run's warnings are the proof it ended.
     caplog.set_level(logging.WARNING, logger="workers.runner")
+    caplog.set_level(logging.WARNING, logger="workers.settling")
     async with CeleryHarness(settings, profile="confirmed") as harness:
         session = await harness.create_session(SessionSpec())
         boundary.hold()

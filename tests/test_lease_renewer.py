@@ -25,8 +25,10 @@ from workers.admission import RunAdmission
 from workers.errors import StaleLeaseError
 from workers.lease import SessionLease
 from workers.lease_renewer import LeaseRenewer
+from workers.live_run import LiveRun
 from workers.loop_lag import LoopLag
-from workers.runner import GraphProvider, LiveRun, TaskRunner
+from workers.model_calls import ModelCalls
+from workers.supervision import TurnSupervisor
 
 from .support.tcp_proxy import proxy_to
 
@@ -247,17 +249,6 @@ async def test_a_run_stalled_past_its_deadline_starts_no_model_call_before_the_r
     lease = await _claimed(store, None, claimed_ago=TTL.total_seconds() / 2 + 0.1)
     assert not lease.lost.is_set()  # no renewer has said anything
     live = LiveRun(lease.task_id, lease_lost=lease.lost)
-    runner = TaskRunner(
-        settings=settings,
-        store=store,
-        profiles={},
-        graphs=GraphProvider(),
-        runs={},
-        delete_thread=_no_thread_deletion,
-    )
+    supervisor = TurnSupervisor(ModelCalls(), store, settings.cleanup_per_task)
     with pytest.raises(StaleLeaseError):
-        await runner._cancel_gate(live, lease)  # the step boundary before every model call
-
-
-async def _no_thread_deletion(thread_id: str) -> None:
-    raise AssertionError(f"nothing deletes {thread_id} here")
+        await supervisor.cancel_gate(live, lease)  # the step boundary before every model call

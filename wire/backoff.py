@@ -34,6 +34,17 @@ CONNECTION_ERRORS: tuple[type[Exception], ...] = (
 command may be tried again once it is back."""
 
 
+def connection_lost(error: BaseException | None) -> bool:
+    """Whether ``error``, or an error it was raised from, is a lost Redis connection."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, CONNECTION_ERRORS):
+            return True
+        seen.add(id(error))
+        error = error.__cause__
+    return False
+
+
 class Retries:
     """The pauses of one retry loop.
 
@@ -141,4 +152,4 @@ class Outage:
         await asyncio.sleep(pause)
 
 
-__all__ = ["CONNECTION_ERRORS", "Outage", "Retries"]
+__all__ = ["CONNECTION_ERRORS", "Outage", "Retries", "connection_lost"]

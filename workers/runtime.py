@@ -39,12 +39,14 @@ from .errors import FencingUnavailableError, RuntimeStoppedError
 from .graph import AgentGraph, ModelCalls
 from .import_cache import fail_fast_if_missing
 from .lease_renewer import LeaseRenewer
+from .live_run import LiveRun
 from .loop_lag import LoopLag
 from .models import build_model
 from .pruning import CheckpointPruner
 from .question_tool import ask_caller_tool
 from .run_summary import RunSummary, read_summary
-from .runner import GraphProvider, LiveRun, TaskRunner, ThreadDeleter
+from .runner import GraphProvider, TaskRunner
+from .settling import ThreadDeleter
 from .steering import pipeline_middleware
 from .sweeper import LeaseSweeper
 from .tools import build_tools

@@ -23,6 +23,16 @@ from __future__ import annotations
 import hashlib
 from typing import Annotated, Any, NotRequired
 
+from agent_harness_protocol import (
+    AgentUsage,
+    Completed,
+    Failed,
+    FailureKind,
+    StopReason,
+    TaskId,
+    TaskOutcome,
+    TextOutput,
+)
 from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
 from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
@@ -36,6 +46,21 @@ from .stream_items import Halt, HaltReason, canonical_arguments, report_halt
 from .usage import measured_tokens
 
 GUARD = "ahp_guard"
+
+_HALT_STOP = {
+    HaltReason.ITERATION_LIMIT: StopReason.ITERATION_LIMIT,
+    HaltReason.LOOP_DETECTED: StopReason.LOOP_DETECTED,
+}
+
+
+def halted_outcome(task: TaskId, halt: Halt, text: str | None, usage: AgentUsage) -> TaskOutcome:
+    """The outcome of a run a safeguard halted: the step limit and repeated actions
+    complete with their stop reason, the token budget fails ``BUDGET_EXCEEDED``; the text
+    the model had written is a partial output."""
+    partial = None if text is None else TextOutput(text, complete=False)
+    if halt.reason is HaltReason.BUDGET_EXCEEDED:
+        return Failed(task, FailureKind.BUDGET_EXCEEDED, halt.detail, output=partial, usage=usage)
+    return Completed(task, _HALT_STOP[halt.reason], partial, usage)
 
 
 class GuardState(AgentState[Any]):
