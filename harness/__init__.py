@@ -20,6 +20,7 @@ from .errors import (
 )
 from .harness import CeleryHarness
 from .info import SessionInfo, TaskInfo, TaskMetrics
+from .runs import StartedRun, start_run
 from .session import CelerySession
 from .task import CeleryTask
 
@@ -40,10 +41,12 @@ __all__ = [
     "SessionBusyError",
     "SessionInfo",
     "Settings",
+    "StartedRun",
     "TaskInfo",
     "TaskMetrics",
     "TaskStatistics",
     "UnknownInteractionError",
     "UnknownSessionError",
     "UnknownTaskError",
+    "start_run",
 ]

@@ -20,20 +20,17 @@ from agent_harness_protocol import (
     StructuredOutputRequirement,
     TaskRequest,
     TaskRequirements,
-    TaskStartUnconfirmedError,
     TextInput,
 )
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
 
-from harness.admission import validate_task
 from harness.errors import (
-    CeleryHarnessError,
     InteractionClosedError,
     UnknownInteractionError,
     UnknownSessionError,
     UnknownTaskError,
 )
-from harness.session import CelerySession
+from harness.runs import start_run
 from harness.task import CeleryTask, StreamRead
 from wire.codec import dumps
 from wire.narrowing import NarrowedSessionSpec, NarrowedTaskRequest
@@ -228,13 +225,8 @@ async def _start(
 
 
 async def _run(api: ApiState, tenant: str, body: RunTask, request: Request) -> CeleryTask:
-    """Admit the request, then create a session and start its task in it: a single-task
-    session, or with ``on_completion: keep`` one that stays open for more tasks.
-
-    Everything is checked before anything is written. If the start fails, the session is
-    released before the error is answered (an unconfirmed start then never runs unless a
-    worker claimed it already); once started, the step that settles the task releases a
-    single-task session, wherever it runs."""
+    """Admit the request, then start it as a run (``harness.runs``): a single-task
+    session, or with ``on_completion: keep`` one that stays open for more tasks."""
     if request.headers.get("idempotency-key") is not None:
         raise invalid(
             [
@@ -249,44 +241,12 @@ async def _run(api: ApiState, tenant: str, body: RunTask, request: Request) -> C
     _admit_body(api, body)
     check_instructions(api, body.instructions)
     spec = NarrowedSessionSpec(instructions=body.instructions, requirements=SessionRequirements())
-    task_request = _request(body)
-    api.harness.validate(spec).require_compatible()
-    validate_task(task_request, api.harness.profile).require_compatible()
     keep = body.on_completion is OnCompletion.KEEP
-    session = await api.harness.create_session(spec, tenant=tenant, single_task=not keep)
-    try:
-        task = await session.start_task(task_request)
-    except TaskStartUnconfirmedError as error:
-        # It may run (a worker may hold it already): stop it within the cleanup budget
-        # as a release stops a session's task, so it ends Cancelled (or as it ended),
-        # never cut off mid-run by the release.
-        unconfirmed = error.reference.request_id
-        await asyncio.shield(_release_quietly(session, api, tenant, unconfirmed))
-        raise
-    except BaseException:
-        await asyncio.shield(_release_quietly(session))
-        raise
+    run = await start_run(api.harness, spec, _request(body), tenant=tenant, keep=keep)
     if keep:
-        api.handles.add_session(tenant, session)
-    _track(api, tenant, task, body)
-    return task
-
-
-async def _release_quietly(
-    session: CelerySession,
-    api: ApiState | None = None,
-    tenant: str = "",
-    unconfirmed: str = "",
-) -> None:
-    """Release a run's session after its start failed; with ``unconfirmed`` (the task
-    whose start is unknown), the session's handle first adopts that task, so the release
-    stops it within the cleanup budget."""
-    try:
-        if api is not None and unconfirmed:
-            session.adopt(await api.harness.attach_task(unconfirmed, tenant=tenant))
-        await session.release()
-    except (CeleryHarnessError, HarnessTransportError) as error:
-        log.warning("session %s: releasing after a failed start failed: %s", session.id, error)
+        api.handles.add_session(tenant, run.session)
+    _track(api, tenant, run.task, body)
+    return run.task
 
 
 @router.post(
