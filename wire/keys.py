@@ -110,7 +110,7 @@ class Keys:
         prelude's ``promote()`` when the session is free, an entry removed when its task
         settles while queued; deleted (its tasks settled Cancelled) by the release of a
         non-persistent session. Empty lists vanish. Scripts name it ``<session key>:queue``
-        from the session key they are given (``tests/test_keys`` checks the spelling)."""
+        from the session key they are given, which must match this spelling."""
         return f"{self.session(session_id)}:queue"
 
     def idempotency(self, session_id: str, key: str) -> str:

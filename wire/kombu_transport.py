@@ -3,9 +3,9 @@
 kombu's Redis channel runs every command it sends outside the consumer's event loop
 (a publish, the bookkeeping of a delivery, an acknowledgement, an event batch) through
 ``conn_or_acquire()``, which builds a new ``redis.Redis`` on the channel's pool for each
-one. Building a client costs about 0.2 ms of CPU (redis-py fills a table of some two
-hundred response callbacks), and a run message costs several of them between the
-caller's publish and the worker's acknowledgement.
+one. Building a client is not cheap (redis-py fills a table of some two hundred response
+callbacks), and a run message costs several of them between the caller's publish and the
+worker's acknowledgement.
 
 :class:`ReusingRedisChannel` builds one client per connection pool and reuses it. A
 client holds no connection of its own (each command checks one out of the pool), so

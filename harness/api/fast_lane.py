@@ -3,9 +3,9 @@
 Creating a session and starting a task (with or without its own session, answered with
 the task, its outcome or its events) are the requests every caller makes. FastAPI's
 request handling (routing, dependency resolution, body parsing and response validation)
-costs about 130 us of CPU per such request in process on the benchmark machine, which
-became about 1 ms of latency end to end (``bench/http_vs_harness.py``, the one-request
-runs with and without this lane).
+is a large share of what such a request costs the API in CPU and in latency
+(``bench/http_vs_harness.py`` measures what the API adds; its results are in
+``docs/benchmarks.md``).
 
 ``FrontDoor`` is the app's outermost ASGI layer. A POST to one of the lane's path
 templates, with a ``Content-Length`` within the body limit, is served by that route's lane
