@@ -68,15 +68,7 @@ from agent_harness_protocol import (
 from .errors import DecodeError
 from .interactions import InteractionPayload, resolution_from_json, resolution_to_json
 from .narrowing import NO_NARROWING, NarrowedSessionSpec, Narrowing, narrowing_of
-
-USAGE_FIELDS = (
-    "input_tokens",
-    "cached_input_tokens",
-    "output_tokens",
-    "reasoning_tokens",
-    "total_tokens",
-    "cache_write_input_tokens",
-)
+from .usage import USAGE_FIELDS
 
 # Stream entry kinds.
 SEMANTIC = "e"

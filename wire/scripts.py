@@ -8,7 +8,10 @@ the current lease is refused, so a worker whose lease was taken over cannot writ
 
 A line ``--! include NAME`` in a script is replaced by ``lua/_NAME.lua`` (shared helpers:
 ``clock`` for the server's clock, ``prelude`` for terminal states, usage sums and the one
-``settle`` every settling script calls).
+``settle`` every settling script calls). A line ``--! const NAME`` is replaced by
+``local NAME = {...}``, the strings of the Python constant of that name in
+:data:`CONSTANTS`: field lists the Lua scripts share with the Python side are declared
+once, on the Python side.
 """
 
 from __future__ import annotations
@@ -17,14 +20,28 @@ import re
 from functools import cache
 from importlib.resources import files
 
+from .usage import USAGE_FIELDS
+
 _INCLUDE = re.compile(r"^--! include (\w+)$", re.MULTILINE)
+_CONST = re.compile(r"^--! const (\w+)$", re.MULTILINE)
+
+CONSTANTS: dict[str, tuple[str, ...]] = {"USAGE_FIELDS": USAGE_FIELDS}
+"""The string lists a script may declare with ``--! const NAME``."""
+
+
+def _lua_list(name: str) -> str:
+    values = CONSTANTS[name]
+    if any("'" in value or "\\" in value for value in values):
+        raise ValueError(f"{name}: a value cannot be written as a plain Lua string")
+    return f"local {name} = {{" + ",".join(f"'{value}'" for value in values) + "}"
 
 
 @cache
 def load(name: str) -> str:
     """The source of ``lua/<name>.lua`` with its includes expanded."""
     text = files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
-    return _INCLUDE.sub(lambda match: load(f"_{match.group(1)}"), text)
+    text = _INCLUDE.sub(lambda match: load(f"_{match.group(1)}"), text)
+    return _CONST.sub(lambda match: _lua_list(match.group(1)), text)
 
 
 START_TASK = load("start_task")

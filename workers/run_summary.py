@@ -32,10 +32,11 @@ from agent_harness_protocol import (
 )
 from redis.exceptions import RedisError
 
-from wire.codec import USAGE_FIELDS, loads, outcome_from_json
+from wire.codec import loads, outcome_from_json
 from wire.errors import DecodeError
 from wire.records import TaskField
 from wire.store import RecordStore
+from wire.usage import USAGE_FIELDS
 
 log = logging.getLogger(__name__)
 

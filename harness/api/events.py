@@ -50,7 +50,7 @@ from wire.errors import DecodeError
 from wire.interactions import resolution_to_json
 from wire.keys import Keys
 
-from .models import Outcome, PendingInteraction, Usage
+from .models import Outcome, PendingInteraction, usage_body
 from .sse import FinalChunk
 
 log = logging.getLogger(__name__)
@@ -126,9 +126,9 @@ def encode_event(task_id: str, event: TaskEvent) -> tuple[str, dict[str, Any]]:
         data.update(message_id=event.message_id.value, text=event.text, role=event.role.value)
         return ("message_delta" if isinstance(event, MessageDelta) else "message_completed"), data
     if isinstance(event, UsageChanged):
-        data["task"] = Usage.of(event.task).model_dump(mode="json")
+        data["task"] = usage_body(event.task).model_dump(mode="json")
         data["session"] = (
-            None if event.session is None else Usage.of(event.session).model_dump(mode="json")
+            None if event.session is None else usage_body(event.session).model_dump(mode="json")
         )
         return "usage_changed", data
     if isinstance(event, ToolCallChanged):

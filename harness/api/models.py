@@ -21,6 +21,7 @@ from harness.info import SessionInfo, SettledView, TaskInfo
 from harness.task import CeleryTask
 from wire.codec import outcome_to_json, usage_to_json
 from wire.narrowing import Narrowing
+from wire.usage import Usage
 
 
 class IfBusyChoice(StrEnum):
@@ -161,19 +162,9 @@ class Interaction(_Strict):
     response: ApprovalAnswer | QuestionAnswer = Field(discriminator="kind")
 
 
-class Usage(BaseModel):
-    """Token usage; ``null`` where nothing measured it (never a made-up zero)."""
-
-    input_tokens: int | None
-    cached_input_tokens: int | None
-    output_tokens: int | None
-    reasoning_tokens: int | None
-    total_tokens: int | None
-    cache_write_input_tokens: int | None
-
-    @classmethod
-    def of(cls, usage: AgentUsage) -> Usage:
-        return cls.model_validate(usage_to_json(usage))
+def usage_body(usage: AgentUsage) -> Usage:
+    """``usage`` as the API's body (the one usage shape, ``wire.usage.Usage``)."""
+    return Usage.model_validate(usage_to_json(usage))
 
 
 class Output(BaseModel):
@@ -242,7 +233,7 @@ class SessionResource(BaseModel):
             active_task_id=info.active_task,
             queued_task_ids=list(info.queued_tasks),
             turns=info.turns,
-            usage=None if info.usage is None else Usage.of(info.usage),
+            usage=None if info.usage is None else usage_body(info.usage),
         )
 
 
@@ -410,4 +401,5 @@ __all__ = [
     "TaskResource",
     "Usage",
     "Webhook",
+    "usage_body",
 ]

@@ -22,7 +22,7 @@ from wire.narrowing import NarrowedSessionSpec
 from wire.provider import PROVIDER
 
 from .auth import tenant
-from .models import CreateSession, Released, ReopenSession, SessionResource, Usage
+from .models import CreateSession, Released, ReopenSession, SessionResource, usage_body
 from .openapi_docs import problems
 from .problems import (
     Issue,
@@ -108,7 +108,7 @@ async def create_session(
         active_task_id=None,
         queued_task_ids=[],
         turns=0,
-        usage=Usage.of(AgentUsage.ZERO),
+        usage=usage_body(AgentUsage.ZERO),
     )
 
 

@@ -1,8 +1,8 @@
 -- Shared by the scripts that change task state: terminal states, usage sums, settle().
 --! include clock
 local TERMINAL = {completed=true, failed=true, cancelled=true, unresolved=true}
-local FIELDS = {'input_tokens','cached_input_tokens','output_tokens','reasoning_tokens',
-                'total_tokens','cache_write_input_tokens'}
+--! const USAGE_FIELDS
+local FIELDS = USAGE_FIELDS
 local function usage_zero()
   local r = {}
   for _, f in ipairs(FIELDS) do r[f] = 0 end
