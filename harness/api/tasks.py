@@ -274,7 +274,7 @@ async def start_task(
 
     On a busy session, ``if_busy=reject`` answers 409 and ``enqueue`` queues the task
     behind the running one (its tasks run strictly in order). With ``webhook``, the settled
-    task is POSTed there (signed; see the README). With ``wait``, the answer comes when the
+    task is POSTed there (signed; see docs/http-api.md). With ``wait``, the answer comes when the
     task settled (or the wait ended); ``cancel_on_disconnect`` then cancels the task if the
     client goes away first. 503 ``start-unconfirmed`` means the task may still run: never
     repeat the request blindly, GET the ``task_id`` it names."""
