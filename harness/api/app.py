@@ -2,16 +2,16 @@
 
 One app holds one ``CeleryHarness`` for its lifetime (given, or built from the
 environment's ``AHP_*`` settings and closed with the app) and answers every error as an
-RFC 9457 problem (``harness.api.problems``). Layers, outermost first: the fast lane's
-``FrontDoor`` (the hot routes' plain requests, answered there), then FastAPI's stack with
-request counting, then the body limit (so a refused body is counted and never parsed).
+RFC 9457 problem (``harness.api.problems``). Layers, outermost first: FastAPI's stack
+with request counting, then the body limit (so a refused body is counted and never
+parsed).
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -27,7 +27,6 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from redis.asyncio import Redis
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp
 
 from harness.connections import caller_pool
 from harness.errors import CeleryHarnessError
@@ -36,7 +35,6 @@ from wire.keys import Keys
 
 from . import sessions, tasks
 from .auth import Tenants, unauthorized
-from .fast_lane import FrontDoor, lanes
 from .handles import Handles
 from .limits import BodyLimit
 from .metrics import CONTENT_TYPE, CountRequests, RequestMetrics, render
@@ -70,26 +68,12 @@ sees only its own sessions and tasks. Every error is an RFC 9457 problem
 """
 
 
-class _Api(FastAPI):
-    """FastAPI with an optional outermost layer in front of its whole middleware stack
-    (the fast lane's ``FrontDoor``)."""
-
-    front: Callable[[ASGIApp], ASGIApp] | None = None
-
-    def build_middleware_stack(self) -> ASGIApp:
-        stack = super().build_middleware_stack()
-        return stack if self.front is None else self.front(stack)
-
-
 def create_app(
     settings: ApiSettings | None = None,
     harness: CeleryHarness | None = None,
-    *,
-    fast_lane: bool = True,
 ) -> FastAPI:
     """Build the API. Without ``harness``, one is built from the environment when the app
-    starts and closed when it stops; a given harness stays the caller's to close.
-    ``fast_lane=False`` leaves every request to FastAPI (``harness.api.fast_lane``)."""
+    starts and closed when it stops; a given harness stays the caller's to close."""
     api_settings = settings if settings is not None else ApiSettings()
     tenants = Tenants(api_settings.tenant_tokens())
     if not len(tenants):
@@ -129,7 +113,7 @@ def create_app(
                 # Sessions stay open for other replicas (or this one, restarted).
                 await used.detach()
 
-    app = _Api(
+    app = FastAPI(
         title="agent-harness-protocol-celery",
         version="1",
         description=_DESCRIPTION,
@@ -147,10 +131,6 @@ def create_app(
     _add_operational_routes(app, api_settings, requests)
     app.add_middleware(BodyLimit, max_bytes=api_settings.max_body_bytes)
     app.add_middleware(CountRequests, metrics=requests)
-    if fast_lane:
-        hot = lanes()
-        app.state.fast_lane = hot
-        app.front = lambda inner: FrontDoor(inner, app, hot, requests, api_settings.max_body_bytes)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -64,13 +64,12 @@ async def in_process(
     api: ApiSettings | None = None,
     *,
     detach: bool = False,
-    fast_lane: bool = True,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the app in this event loop. After it the harness is closed (its
     sessions released), or with ``detach`` detached as the app detaches a harness of its
     own when it stops (sessions left open for other replicas). The app is the client's
     ``app`` attribute (``client.app``)."""
-    app = create_app(api or api_settings(), harness, fast_lane=fast_lane)
+    app = create_app(api or api_settings(), harness)
     try:
         async with (
             app.router.lifespan_context(app),
