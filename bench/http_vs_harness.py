@@ -87,6 +87,7 @@ from agent_harness_protocol import (  # noqa: E402
 )
 
 from bench.latency_throughput import _children, _proc_cpu, machine_busy, tree_cpu  # noqa: E402
+from bench.results_page import RESULTS_PAGE, printed_into_section  # noqa: E402
 from harness import CeleryHarness, CelerySession  # noqa: E402
 from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
 from tooling.worker_process import WorkerProcess  # noqa: E402
@@ -723,8 +724,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="print every throughput round: CPU by process group and Redis commands by name",
     )
+    parser.add_argument("--results-page", type=Path, default=RESULTS_PAGE)
+    parser.add_argument("--no-results-page", action="store_true")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="bench-http-") as logs:
+    page = None if args.no_results_page else args.results_page
+    given = list(argv if argv is not None else sys.argv[1:])
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-http-") as logs,
+        printed_into_section("http_vs_harness.py", given, page),
+    ):
         return asyncio.run(run(Plan.of(args.quick), Path(logs), args.rounds))
 
 

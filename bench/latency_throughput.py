@@ -117,6 +117,7 @@ from langgraph.checkpoint.redis.aio import AsyncRedisSaver  # noqa: E402
 from bench import clock_profiles, noop_app  # noqa: E402
 from bench.clock_model import stamps  # noqa: E402
 from bench.floors import Floors, event_transport_floor, measure_floors  # noqa: E402
+from bench.results_page import RESULTS_PAGE, git_state, printed_into_section  # noqa: E402
 from harness import CeleryHarness, Settings  # noqa: E402
 from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
 from wire.default_profiles import SCRIPTED  # noqa: E402
@@ -1258,28 +1259,6 @@ async def scenario_cancel_latency(bench: Bench) -> CancelLatencyResult:
 # -- report -----------------------------------------------------------------------------
 
 
-def git_state() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "harness", "workers", "wire"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split("\n")
-        changed = [line[3:] for line in dirty if line.strip()]
-        return f"{head}" + (f" + uncommitted changes in {', '.join(changed)}" if changed else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def print_latency(results: list[LatencyResult], cpu: CpuWindow, plan: Plan) -> None:
     print(
         f"\n(a) fresh-session task latency: create session + 1 task to outcome "
@@ -1715,7 +1694,7 @@ async def run(
     return code
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--quick",
@@ -1742,7 +1721,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="exit 2 when a target is not met (without it only failures change the exit code)",
     )
+    parser.add_argument("--results-page", type=Path, default=RESULTS_PAGE)
+    parser.add_argument("--no-results-page", action="store_true")
     args = parser.parse_args(argv)
+    args.parser = parser
+    return args
+
+
+def measure(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.parser
     only = frozenset(part.strip() for part in args.only.split(",") if part.strip())
     if not only or not only <= SCENARIOS:
         parser.error(f"--only takes letters among {','.join(sorted(SCENARIOS))}")
@@ -1767,6 +1754,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     with EmbeddedRedis() as server:
         print(f"redis: embedded Redis 8 at {server.url}")
         return asyncio.run(run(server.url, plan, log_dir, server.pid, args.require_targets, only))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    page = None if args.no_results_page else args.results_page
+    given = list(argv if argv is not None else sys.argv[1:])
+    with printed_into_section("latency_throughput.py", given, page):
+        return measure(args)
 
 
 if __name__ == "__main__":

@@ -128,6 +128,7 @@ from langgraph.checkpoint.redis.aio import AsyncRedisSaver  # noqa: E402
 
 from bench import scale_profiles  # noqa: E402
 from bench.http_vs_harness import ApiServer  # noqa: E402
+from bench.results_page import RESULTS_PAGE, git_state, machine, section_body  # noqa: E402
 from bench.scale_model import ALL, CLIENT_NAME, ScaleChatModel, bench_keys, stamps  # noqa: E402
 from bench.scale_probes import (  # noqa: E402
     ProcessProfile,
@@ -139,15 +140,7 @@ from bench.scale_probes import (  # noqa: E402
     tree,
     tree_cpu,
 )
-from bench.scale_report import (  # noqa: E402
-    RESULTS_PAGE,
-    SECTION,
-    Report,
-    git_state,
-    report,
-    section_body,
-    write_section,
-)
+from bench.scale_report import SECTION, Report, report, write_section  # noqa: E402
 from bench.scale_results import (  # noqa: E402
     Calls,
     LangGraphDevResult,
@@ -1124,7 +1117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile=args.profile,
     )
     command = "python bench/scale.py" + "".join(f" {arg}" for arg in (argv or sys.argv[1:]))
-    commit = git_state()
+    commit, where = git_state(), machine()
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="bench-scale-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     out = Report()
@@ -1156,7 +1149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     code = 1 if found else 0
     out(f"exit code {code}")
     if not args.no_results_page:
-        write_section(args.results_page, section_body(commit, command, out.lines))
+        write_section(args.results_page, section_body(commit, command, out.lines, where))
         print(f"results written to {args.results_page} ({SECTION})")
     return code
 

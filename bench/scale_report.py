@@ -4,13 +4,12 @@ and its section of the results page (``docs/benchmarks.md``)."""
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
 from pathlib import Path
 
+from bench.results_page import section_title
+from bench.results_page import write_section as _write_section
 from bench.scale_probes import describe_profiles
 from bench.scale_results import (
     MIB,
@@ -24,8 +23,7 @@ from bench.scale_results import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS_PAGE = ROOT / "docs" / "benchmarks.md"
-SECTION = "## bench/scale.py"
+SECTION = section_title("scale.py")
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -361,43 +359,6 @@ def report(out: Report, results: Results, plan: Plan) -> list[str]:
 # -- the results page -----------------------------------------------------------------------
 
 
-def git_state() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT, capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"],
-            cwd=ROOT, capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("-dirty" if dirty else "")
-
-
-PAGE_HEADER = """# Benchmark results
-
-Each benchmark that writes here owns one section, headed by the date, the commit
-(`-dirty`: uncommitted changes in the tree) and the exact command of its last run; a run
-replaces only its own section.
-"""
-
-
 def write_section(page: Path, body: str) -> None:
-    text = page.read_text() if page.is_file() else PAGE_HEADER
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
-    section = f"{SECTION}\n\n{body.rstrip()}\n\n"
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section, text, count=1)
-    else:
-        text = text.rstrip() + "\n\n" + section
-    page.parent.mkdir(parents=True, exist_ok=True)
-    page.write_text(text.rstrip() + "\n")
-
-
-def section_body(commit: str, command: str, lines: Sequence[str]) -> str:
-    return (
-        f"{date.today().isoformat()}, commit {commit}, `{command}`\n\n"
-        "```\n" + "\n".join(lines).strip("\n") + "\n```"
-    )
+    """Replace (or add) this benchmark's section of ``page``."""
+    _write_section(page, SECTION, body)

@@ -54,6 +54,7 @@ from agent_harness_protocol import (  # noqa: E402
     TextOutput,
 )
 
+from bench.results_page import RESULTS_PAGE, printed_into_section  # noqa: E402
 from harness import CeleryHarness, Settings  # noqa: E402
 from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
 from tooling.worker_process import WorkerProcess  # noqa: E402
@@ -200,7 +201,15 @@ async def main() -> None:
     parser.add_argument("--turns", help="comma-separated session lengths (default 100,200)")
     parser.add_argument("--redis-url", help="a Redis 8 to use instead of an embedded one")
     parser.add_argument("--checkpoints-kept", type=int, default=None)
+    parser.add_argument("--results-page", type=Path, default=RESULTS_PAGE)
+    parser.add_argument("--no-results-page", action="store_true")
     args = parser.parse_args()
+    page = None if args.no_results_page else args.results_page
+    with printed_into_section("storage_growth.py", sys.argv[1:], page):
+        await measure(args)
+
+
+async def measure(args: argparse.Namespace) -> None:
     if args.turns:
         lengths = [int(item) for item in args.turns.split(",")]
     else:
