@@ -1,11 +1,11 @@
-"""Typed async access to the records, streams and leases through the atomic scripts."""
+"""Typed async access to the records, streams and leases through the atomic scripts.
+
+The scripts' replies are typed in ``wire.store_results`` (re-exported here)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
-from enum import StrEnum
 from typing import Any
 
 from redis.asyncio import Redis
@@ -16,210 +16,30 @@ from .codec import dumps
 from .keys import Keys
 from .records import SessionField, TaskField
 from .statistics import TaskStatistics, parse_task_statistics
+from .store_results import (
+    AWAITING_RESPONSE,
+    HANDED_BACK,
+    BusyPolicy,
+    CancelResult,
+    Claim,
+    ClaimResult,
+    LossPolicy,
+    PauseResult,
+    RecoverResult,
+    ReleaseResult,
+    ReopenResult,
+    RespondResult,
+    Settlement,
+    SettleResult,
+    StartingFate,
+    StartingRecovery,
+    StartResult,
+    UnpublishedStarts,
+    _text,
+    claim_from_reply,
+)
 
 DEFAULT_TASK_RETENTION = timedelta(days=7)
-
-
-class StartResult(StrEnum):
-    OK = "ok"
-    """Started; detail: the Redis time of the start in ms (the record's ``created_ms``)."""
-    QUEUED = "queued"
-    """Queued behind the session's running task (``enqueue``); detail: as for ``OK``."""
-    REPLAY = "replay"
-    """The idempotency key started a task before; detail: that task's id."""
-    ADOPTED = "adopted"
-    """A replay whose first attempt never published its task (it died between recording
-    and publishing): this caller publishes it, the only one to; detail: the task id."""
-    REUSED = "reused"
-    """The idempotency key started a task with another request; detail: that task's id."""
-    UNKNOWN = "unknown"
-    CLOSED = "closed"
-    UNCONFIRMED = "unconfirmed"
-    BUSY = "busy"
-    OUTLIVED = "outlived"
-    SPENT = "spent"
-    """A single-task session has started its task; detail: that task's id."""
-
-
-class ClaimResult(StrEnum):
-    CLAIMED = "claimed"
-    MISSING = "missing"
-    TERMINAL = "terminal"
-    BUSY = "busy"
-    LOST = "lost"
-    EXHAUSTED = "exhausted"
-    RELEASED = "released"
-    """The task's session was released and forgotten: settled without running."""
-    CANCELLED = "cancelled"
-    """A handed-back task whose cancellation was requested meanwhile: settled here."""
-    WAITING = "waiting"
-    """Paused for the caller and not answered yet: the message is dropped (the answer
-    makes the task due and publishes its resume)."""
-
-
-class RecoverResult(StrEnum):
-    GONE = "gone"
-    ALIVE = "alive"
-    PENDING = "pending"
-    LOST = "lost"
-    REPUBLISH = "republish"
-
-
-class ReopenResult(StrEnum):
-    OK = "ok"
-    UNKNOWN = "unknown"
-    PROFILE = "profile"
-    UNCONFIRMED = "unconfirmed"
-    BUSY = "busy"
-    OUTLIVED = "outlived"
-    CONFIGURED = "configured"
-    UNAVAILABLE = "unavailable"
-
-
-@dataclass(frozen=True, slots=True)
-class LossPolicy:
-    """What a claim does with a task whose previous run lost its worker."""
-
-    resume: bool
-    max_deliveries: int
-    lost_outcome: str
-    """Outcome JSON (Unresolved, observation lost) used when the run may not resume."""
-    exhausted_outcome: str
-    """Outcome JSON (Failed) used when the task has been delivered ``max_deliveries`` times."""
-
-
-class SettleResult(StrEnum):
-    SETTLED = "settled"
-    TERMINAL = "terminal"
-    STALE = "stale"
-    MISSING = "missing"
-
-
-class ReleaseResult(StrEnum):
-    FORGOTTEN = "forgotten"
-    """The session's record, lease, fence and handle keys are gone."""
-    CLOSED = "closed"
-    """Closed (no task starts any more); a task of it is unsettled: stop it, then forget."""
-    UNKNOWN = "unknown"
-
-
-class StartingFate(StrEnum):
-    """What the sweeper's look at an unclaimed start decided (``recover_starting.lua``)."""
-
-    REPUBLISH = "republish"
-    """Its message provably reached the broker and vanished unclaimed: publish it again."""
-    SETTLED = "settled"
-    """Never published, past the bound: settled Failed here (it never ran)."""
-    PROMOTED = "promoted"
-    """Started by that settle from its session's queue: publish it."""
-
-
-@dataclass(frozen=True)
-class StartingRecovery:
-    fate: StartingFate
-    task_id: str
-    session_id: str
-
-
-@dataclass(frozen=True)
-class UnpublishedStarts:
-    """When a start never published is given up, and the outcome it is settled with."""
-
-    after_ms: int
-    outcome: str
-    """Failed outcome JSON; the script fills in the task id and measured-zero usage."""
-
-
-class CancelResult(StrEnum):
-    SETTLED = "settled"
-    REQUESTED = "requested"
-    TERMINAL = "terminal"
-    MISSING = "missing"
-
-
-class PauseResult(StrEnum):
-    PAUSED = "paused"
-    """The task awaits the caller; the run's lease is released."""
-    STALE = "stale"
-    TERMINAL = "terminal"
-    CANCELLED = "cancelled"
-    """Its cancellation was recorded: nothing was stored; the run settles Cancelled."""
-
-
-class RespondResult(StrEnum):
-    OK = "ok"
-    """Recorded: the interaction is resolved by this response (exactly once); detail
-    ``"1"`` when the task is now due for its resume run (publish it)."""
-    MISSING = "missing"
-    """No such task (never started, or its retention ended)."""
-    TERMINAL = "terminal"
-    CANCELLED = "cancelled"
-    """The task's cancellation was requested: its pending interactions were cleared."""
-    UNKNOWN = "unknown"
-    """The task raised no interaction of this id."""
-    RESOLVED = "resolved"
-    """The interaction was resolved before (detail: that resolution's JSON)."""
-
-
-HANDED_BACK = "handed_back"
-AWAITING_RESPONSE = "awaiting_response"
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    result: ClaimResult
-    lease: str = ""
-    previous_state: str = ""
-    """The task's state before the claim; ``HANDED_BACK`` after a stopping worker's
-    hand-back."""
-    deliveries: int = 0
-    task: Mapping[str, str] = field(default_factory=dict)
-    session: Mapping[str, str] = field(default_factory=dict)
-
-
-def claim_from_reply(reply: Any) -> Claim:
-    """The claim script's reply as a :class:`Claim`."""
-    result = ClaimResult(_text(reply[0]))
-    if result is not ClaimResult.CLAIMED:
-        return Claim(result)
-    return Claim(
-        result,
-        _text(reply[1]),
-        _text(reply[2]),
-        int(reply[3]),
-        _fields(reply[4]),
-        _fields(reply[5]),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Settlement:
-    result: SettleResult
-    outcome: str = ""
-    session_released: bool = False
-    promoted: str = ""
-    """The task this settle promoted from the session's queue: the settler publishes it."""
-
-
-class BusyPolicy(StrEnum):
-    """What a start does when its session has an unsettled task."""
-
-    REJECT = "reject"
-    """Refuse (``SessionBusyError``), the AHP default."""
-    ENQUEUE = "enqueue"
-    """Queue behind it; queued tasks run strictly in order, each when the one before
-    settled (LangGraph's server calls this strategy ``enqueue``)."""
-
-
-def _fields(flat: Any) -> dict[str, str]:
-    items = [_text(item) for item in flat]
-    return dict(zip(items[0::2], items[1::2], strict=True))
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode()
-    return "" if value is None else str(value)
 
 
 class RecordStore:
@@ -244,13 +64,9 @@ class RecordStore:
         self._cancel: AsyncScript = redis.register_script(scripts.CANCEL)
         self._release: AsyncScript = redis.register_script(scripts.RELEASE)
         self._hand_back: AsyncScript = redis.register_script(scripts.HAND_BACK)
-        self._recover: AsyncScript = redis.register_script(scripts.RECOVER)
-        self._lapsed: AsyncScript = redis.register_script(scripts.LAPSED)
-        self._recover_starting: AsyncScript = redis.register_script(scripts.RECOVER_STARTING)
         self._reopen: AsyncScript = redis.register_script(scripts.REOPEN)
         self._touch: AsyncScript = redis.register_script(scripts.TOUCH_HANDLES)
         self._release_session: AsyncScript = redis.register_script(scripts.RELEASE_SESSION)
-        self._prune_starting: AsyncScript = redis.register_script(scripts.PRUNE_STARTING)
         self._pause: AsyncScript = redis.register_script(scripts.PAUSE)
         self._respond: AsyncScript = redis.register_script(scripts.RESPOND)
         self._tool_attempt: AsyncScript = redis.register_script(scripts.TOOL_ATTEMPT)
@@ -485,91 +301,6 @@ class RecordStore:
             if result is not None:
                 counts[result] = int(_text(value))
         return counts
-
-    async def lapsed_tasks(self) -> list[tuple[str, str]]:
-        """``(task id, session id)`` of running tasks whose lease lapsed and whose
-        republish hold-off passed: candidates for :meth:`recover`, in one round trip."""
-        session_prefix = self.keys.session("")
-        lease_suffix = self.keys.lease("").removeprefix(session_prefix)
-        reply = await self._lapsed(
-            keys=[self.keys.running()],
-            args=[self.keys.task_prefix(), session_prefix, lease_suffix],
-        )
-        items = [_text(item) for item in reply]
-        return list(zip(items[0::2], items[1::2], strict=True))
-
-    async def recover_starting(
-        self,
-        queue: str,
-        unclaimed_ms: int,
-        holdoff_ms: int,
-        unpublished: UnpublishedStarts,
-        max_search: int = 10_000,
-    ) -> list[StartingRecovery]:
-        """Judge the unclaimed starts of ``queue`` (see ``scripts.RECOVER_STARTING``):
-        which to publish again, which it settled as never published, and which tasks
-        those settles promoted (to publish)."""
-        reply = await self._recover_starting(
-            keys=[
-                self.keys.starting(),
-                self.keys.broker_unacked(),
-                *self.keys.broker_queue_lists(queue),
-            ],
-            args=[
-                self.keys.task_prefix(),
-                unclaimed_ms,
-                holdoff_ms,
-                max_search,
-                queue,
-                unpublished.after_ms,
-                unpublished.outcome,
-                self.keys.session(""),
-                self.keys.events(""),
-                self.keys.lease(""),
-                self.keys.running(),
-                self.retention_seconds,
-            ],
-        )
-        items = [_text(item) for item in reply]
-        return [
-            StartingRecovery(StartingFate(what), task_id, session_id)
-            for what, task_id, session_id in zip(items[0::3], items[1::3], items[2::3], strict=True)
-        ]
-
-    async def starts_of_released_sessions(
-        self, older_than_ms: int, max_entries: int = 1000
-    ) -> list[tuple[str, str]]:
-        """Prune the starting set of settled or vanished tasks; return ``(task id,
-        session id)`` of starts whose session was released (to be settled, never run)."""
-        reply = await self._prune_starting(
-            keys=[self.keys.starting()],
-            args=[self.keys.task_prefix(), self.keys.session(""), older_than_ms, max_entries],
-        )
-        items = [_text(item) for item in reply]
-        return list(zip(items[0::2], items[1::2], strict=True))
-
-    async def recover(
-        self, session_id: str, task_id: str, policy: LossPolicy, holdoff_ms: int
-    ) -> RecoverResult:
-        """Sweep one claimed task: is its run alive, or must it be resumed or settled?"""
-        reply = await self._recover(
-            keys=[
-                self.keys.task(task_id),
-                self.keys.lease(session_id),
-                self.keys.session(session_id),
-                self.keys.events(task_id),
-                self.keys.running(),
-                self.keys.starting(),
-            ],
-            args=[
-                task_id,
-                "resume" if policy.resume else "unresolved",
-                policy.lost_outcome,
-                holdoff_ms,
-                self.retention_seconds,
-            ],
-        )
-        return RecoverResult(_text(reply[0]))
 
     async def append(
         self,
@@ -815,3 +546,28 @@ class RecordStore:
     async def granted(self, session_id: str, scope: str) -> bool:
         """Whether the caller approved ``scope`` for the rest of the session."""
         return bool(await self.redis.sismember(self.keys.grants(session_id), scope))
+
+
+__all__ = [
+    "AWAITING_RESPONSE",
+    "DEFAULT_TASK_RETENTION",
+    "HANDED_BACK",
+    "BusyPolicy",
+    "CancelResult",
+    "Claim",
+    "ClaimResult",
+    "LossPolicy",
+    "PauseResult",
+    "RecordStore",
+    "RecoverResult",
+    "ReleaseResult",
+    "ReopenResult",
+    "RespondResult",
+    "SettleResult",
+    "Settlement",
+    "StartResult",
+    "StartingFate",
+    "StartingRecovery",
+    "UnpublishedStarts",
+    "claim_from_reply",
+]

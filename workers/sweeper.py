@@ -35,6 +35,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from wire.codec import dumps, outcome_to_json
+from wire.recovery_store import RecoveryStore
 from wire.settings import Settings
 from wire.store import (
     CancelResult,
@@ -56,6 +57,7 @@ class LeaseSweeper:
     def __init__(self, settings: Settings, store: RecordStore, republish: Republish) -> None:
         self._settings = settings
         self._store = store
+        self._recovery = RecoveryStore(store)
         self._republish = republish
         lease_ms = int(settings.lease_ttl.total_seconds() * 1000)
         # A republished message normally runs first (it has the higher priority); if it
@@ -96,9 +98,9 @@ class LeaseSweeper:
         In the steady state (no lost run) a pass is two script calls, or three when the
         broker is the records' Redis."""
         recovered: list[str] = []
-        for task_id, session_id in await self._store.lapsed_tasks():
+        for task_id, session_id in await self._recovery.lapsed_tasks():
             policy = loss_policy(self._settings, TaskId(task_id))
-            result = await self._store.recover(session_id, task_id, policy, self._holdoff_ms)
+            result = await self._recovery.recover(session_id, task_id, policy, self._holdoff_ms)
             if result is RecoverResult.LOST:
                 log.warning("task %s lost its worker; settled unresolved", task_id)
                 recovered.append(task_id)
@@ -109,7 +111,7 @@ class LeaseSweeper:
         # Whichever Redis the broker is, the starting set keeps only unsettled starts of
         # live sessions; a start of a released session is settled Cancelled (no claim can
         # ever run it: its session record is gone).
-        for task_id, session_id in await self._store.starts_of_released_sessions(
+        for task_id, session_id in await self._recovery.starts_of_released_sessions(
             self._unclaimed_ms
         ):
             cancelled, _, _ = await self._store.cancel(session_id, task_id)
@@ -117,7 +119,7 @@ class LeaseSweeper:
                 log.warning("task %s started on a released session; settled cancelled", task_id)
                 recovered.append(task_id)
         if self._search_queue:
-            for found in await self._store.recover_starting(
+            for found in await self._recovery.recover_starting(
                 self._settings.queue, self._unclaimed_ms, self._holdoff_ms, self._unpublished
             ):
                 task_id, session_id = found.task_id, found.session_id
