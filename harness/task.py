@@ -1,21 +1,18 @@
 """The caller-side handle of one delegated task.
 
-Each handle follows the task's Redis Stream from its first entry through its runtime's
-one stream reader (``harness.stream_reader``: one connection for every task the process
-follows), updates the ``state`` snapshot and ``pending_interactions``, and feeds every
-``events()`` and ``diagnostics()`` subscription through its own bounded buffer. Each
-interaction is resolved at most once in a handle's events: a resolution this handle made
-locally (a cancellation clearing it, an unconfirmed response) is not repeated when the
-stream brings the durable one. The terminal entry is written by the one atomic settle
-script, so every reader of every process sees the same single outcome.
+A handle answers the AHP task calls (``events()``, ``diagnostics()``, ``state``,
+``pending_interactions``, ``respond``, ``request_cancellation``, ``await_outcome``) and
+is settled exactly once. It follows the task's stream as ``harness.task_stream``
+describes, and keeps each interaction raised once and resolved at most once in its events
+(``harness.task_interactions``); a response is checked here, then delivered once by one
+atomic script, whatever happens to the caller that sent it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
@@ -23,64 +20,52 @@ from agent_harness_protocol import (
     AgentTask,
     ApprovalDecision,
     ApprovalResponse,
-    Cleared,
     ClearReason,
     DiagnosticEvent,
     DiagnosticGap,
     HarnessTransportError,
     InteractionId,
     InteractionRequest,
-    InteractionRequested,
     InteractionResolved,
     InteractionResponse,
     InteractionResponseUnconfirmedError,
-    MessageDelta,
-    MessageRole,
     ObservationGap,
     Responded,
     SessionId,
     TaskEvent,
     TaskId,
     TaskOutcome,
-    TaskStarted,
     TaskState,
     TerminalEvent,
-    TextOutput,
     UnconfirmedResponse,
     Unresolved,
     UnresolvedReason,
-    Warning,
-    WarningKind,
 )
 from agent_harness_protocol.diagnostics import TaskDiagnostics
 from redis.exceptions import RedisError
 
 from wire.codec import (
-    DIAGNOSTIC,
-    INTERACTION_TAG,
-    RemoteCause,
-    diagnostic_from_entry,
     dumps,
-    event_from_entry,
     event_to_entry,
     loads,
     outcome_from_json,
     outcome_to_json,
     terminal_event,
 )
-from wire.errors import DecodeError
 from wire.interactions import (
     InteractionPayload,
     resolution_to_json,
 )
 from wire.store import CancelResult, RespondResult, SettleResult
 
-from .errors import InteractionClosedError, RemoteTaskError, UnknownInteractionError
+from .errors import InteractionClosedError, UnknownInteractionError
 from .fanout import BoundedFanout
-from .info import SettledView, settled_view
+from .info import SettledView
 from .redis_errors import Fate, fate, reported
 from .runtime import CallerRuntime
-from .stream_reader import Follower, Mark, StreamEntry, Subscription
+from .stream_reader import StreamEntry, Subscription
+from .task_interactions import TaskInteractions
+from .task_stream import StreamRead, TaskStreamFollower, remote_cause
 
 log = logging.getLogger(__name__)
 
@@ -92,24 +77,7 @@ _STATE_OF_TERMINAL = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class StreamRead:
-    """The entries one read of a task's stream returned, in order; or, with ``dropped``,
-    how many reads a subscriber that fell behind missed (it must read them itself)."""
-
-    entries: tuple[StreamEntry, ...]
-    dropped: int = 0
-
-
-def remote_cause(cause: RemoteCause) -> RemoteTaskError:
-    return RemoteTaskError(cause.type_name, cause.module, cause.message)
-
-
-class CeleryTask(AgentTask, TaskDiagnostics):
-    reconnect_window: float = 60.0
-    """Seconds the stream reader keeps reconnecting to an unreachable Redis before this
-    handle settles ``Unresolved(OBSERVATION_LOST)`` (read when the handle starts reading)."""
-
+class CeleryTask(TaskStreamFollower, AgentTask, TaskDiagnostics):
     def __init__(
         self,
         runtime: CallerRuntime,
@@ -151,16 +119,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         """The id of the last stream entry the reader applied."""
         self._partial: list[str] = []
         """Answer text observed so far: the output of an outcome settled here."""
-        self._raised: dict[str, InteractionPayload] = {}
-        """Every interaction this handle saw raised, by id."""
-        self._pending: dict[str, InteractionRequest] = {}
-        self._resolved: set[str] = set()
-        """Interactions whose resolution this handle's events carried (at most once each)."""
-        self._submitted: set[str] = set()
-        """Interactions this handle sent a response to: never sent twice."""
-        self._delivering: dict[str, InteractionResolved | None] = {}
-        """Responses in flight, with the resolution the stream brought meanwhile: held
-        back until the delivery's fate decides which resolution this handle reports."""
+        self._interactions = TaskInteractions(task_id, self._events)
 
     # -- AgentTask ----------------------------------------------------------------------
     @property
@@ -184,7 +143,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
 
     @property
     def pending_interactions(self) -> tuple[InteractionRequest, ...]:
-        return tuple(self._pending.values())
+        return self._interactions.pending
 
     async def respond(self, interaction_id: InteractionId, response: InteractionResponse) -> None:
         """Answer a pending approval or question; its task resumes on any worker.
@@ -209,15 +168,10 @@ class CeleryTask(AgentTask, TaskDiagnostics):
                 and no second response can duplicate an effect.
         """
         key = interaction_id.value
-        if key in self._submitted:
-            raise InteractionClosedError(self._id.value, key, "a response was already submitted")
-        if key in self._resolved:
-            raise InteractionClosedError(self._id.value, key, "it is resolved")
-        payload = self._raised.get(key) or await self._look_up(key)
+        self._interactions.check_open(key)
+        payload = self._interactions.raised(key) or await self._look_up(key)
         payload.check(response)
-        if key in self._submitted or key in self._resolved:  # decided while looking it up
-            raise InteractionClosedError(self._id.value, key, "it is no longer pending")
-        self._submitted.add(key)
+        self._interactions.submit(key)  # refused if decided while looking it up
         # The delivery belongs to the handle, not to this caller: cancelling the caller
         # leaves it running (and the gate closed).
         delivery = self._runtime.spawn(self._deliver(payload, response))
@@ -232,7 +186,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         if key in resolved:
             raise InteractionClosedError(self._id.value, key, "it is resolved")
         payload = InteractionPayload.from_json(raised[key])
-        self._raised.setdefault(key, payload)
+        self._interactions.remember(key, payload)
         return payload
 
     async def _deliver(self, payload: InteractionPayload, response: InteractionResponse) -> None:
@@ -240,14 +194,11 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         resolution = Responded(response)
         event = InteractionResolved(self._id, InteractionId(key), resolution)
         decision = response.decision if isinstance(response, ApprovalResponse) else None
-        self._delivering[key] = None
+        self._interactions.delivering(key)
         try:
             await self._deliver_once(payload, response, event, decision)
         finally:
-            held = self._delivering.pop(key, None)
-            if held is not None and key not in self._resolved:
-                self._resolved.add(key)
-                self._events.publish(held)
+            self._interactions.delivered(key)
 
     async def _deliver_once(
         self,
@@ -270,7 +221,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             )
         except RedisError as error:
             if fate(error) is Fate.REFUSED:
-                self._submitted.discard(key)  # surely not delivered: still pending
+                self._interactions.not_sent(key)  # surely not delivered: still pending
                 raise HarnessTransportError(
                     f"the response to interaction {key} did not reach Redis "
                     f"({type(error).__name__}: {error}); it is still pending"
@@ -282,17 +233,14 @@ class CeleryTask(AgentTask, TaskDiagnostics):
                 f"({type(error).__name__}: {error}); it is not sent again",
             ) from error
         if result is RespondResult.OK:
-            self._pending.pop(key, None)
+            self._interactions.answered(key)
             self._settle_awaiting()
             if decision is ApprovalDecision.CANCEL:
                 # The script recorded the cancellation and settled a paused task: this
                 # handle's events carry the answer before the terminal event.
                 self._cancel_recorded = True
-                if key not in self._resolved:
-                    self._resolved.add(key)
-                    self._events.publish(event)
-                for other in tuple(self._pending):
-                    self._clear(other, ClearReason.CANCELLATION_REQUESTED)
+                self._interactions.resolve(event)
+                self._clear_pending(ClearReason.CANCELLATION_REQUESTED)
                 if settled:
                     self._finish(outcome_from_json(loads(settled), remote_cause))
                 if promoted:
@@ -300,7 +248,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             if detail == "1":
                 await self._publish_resume()
             return
-        self._pending.pop(key, None)
+        self._interactions.answered(key)
         self._settle_awaiting()
         if result is RespondResult.RESOLVED:
             raise InteractionClosedError(self._id.value, key, "another response resolved it")
@@ -329,14 +277,15 @@ class CeleryTask(AgentTask, TaskDiagnostics):
 
     def _clear(self, key: str, reason: ClearReason) -> None:
         """Resolve ``key`` here as cleared, once, in this handle's events."""
-        self._pending.pop(key, None)
-        if key not in self._resolved and key in self._raised:
-            self._resolved.add(key)
-            self._events.publish(InteractionResolved(self._id, InteractionId(key), Cleared(reason)))
+        self._interactions.clear(key, reason)
+        self._settle_awaiting()
+
+    def _clear_pending(self, reason: ClearReason) -> None:
+        self._interactions.clear_pending(reason)
         self._settle_awaiting()
 
     def _settle_awaiting(self) -> None:
-        if not self._pending and self._state is TaskState.AWAITING_RESPONSE:
+        if not self._interactions.any_pending() and self._state is TaskState.AWAITING_RESPONSE:
             self._state = TaskState.RUNNING
 
     async def request_cancellation(self) -> None:
@@ -359,8 +308,7 @@ class CeleryTask(AgentTask, TaskDiagnostics):
             )
         self._cancel_recorded = True
         # The script cleared every pending interaction before recording the request.
-        for key in tuple(self._pending):
-            self._clear(key, ClearReason.CANCELLATION_REQUESTED)
+        self._clear_pending(ClearReason.CANCELLATION_REQUESTED)
         if result is CancelResult.SETTLED:
             self._finish(outcome_from_json(loads(payload), remote_cause))
         if promoted:
@@ -377,37 +325,6 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         return await asyncio.shield(self._outcome)
 
     # -- used by the session ------------------------------------------------------------
-    def start_reading(self, *, confirm: bool = False) -> None:
-        """Follow the task's stream from its first entry until the terminal one.
-
-        A lost connection is retried by the runtime's stream reader from the last entry
-        this handle applied, so no entry is skipped or applied twice. Redis unreachable for
-        ``reconnect_window`` seconds ends this handle's observation: it settles
-        ``Unresolved(OBSERVATION_LOST)`` locally (the durable record, which cannot be
-        reached, stays authoritative for the task itself). So does any other failure (the
-        key is not a stream, an entry cannot be decoded), with its cause logged, except a
-        malformed diagnostic, which is skipped as a diagnostic gap.
-
-        ``confirm`` also marks the task's publish confirmed: the confirm-start script
-        (``EVALSHA``) rides in front of the reader's reads until it lands, no round trip of
-        its own (the sweeper may republish only a start whose publish was confirmed)."""
-        runtime = self._runtime
-        mark = None
-        if confirm:
-            store, task_id = runtime.store, self._id.value
-            mark = Mark(
-                store.confirm_start_sha,
-                (runtime.keys.task(task_id),),
-                lambda: store.confirm_start(task_id),  # loads the script (Redis restarted)
-                f"task {task_id}: confirming its start",
-            )
-        follower = Follower(
-            self._read_entries, self._reading_failed, self._lose_observation, self.reconnect_window
-        )
-        self._subscription = runtime.reader.subscribe(
-            runtime.keys.events(self._id.value), "0-0", follower, mark
-        )
-
     @property
     def settled(self) -> bool:
         return self._outcome.done()
@@ -420,25 +337,6 @@ class CeleryTask(AgentTask, TaskDiagnostics):
     def when_settled(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once this handle has the task's outcome (at once if it has)."""
         self._outcome.add_done_callback(lambda _: callback())
-
-    def follow_reads(self) -> tuple[str, AsyncIterator[StreamRead]]:
-        """The id of the last stream entry this handle's reader applied, and every read it
-        makes after it: the raw entries, for a relay (the HTTP API's event stream) that
-        would otherwise read the same stream a second time.
-
-        The reads end when the reader stops, after the terminal entry or earlier (its
-        observation lost, or the outcome settled here): a relay that saw no terminal entry
-        reads on by itself from the last entry it received, as it does after a
-        ``StreamRead`` with ``dropped`` (it fell ``capacity`` reads behind)."""
-        if self._reads is None:
-            self._reads = BoundedFanout[StreamRead](
-                self._runtime.settings.event_buffer_capacity,
-                lambda n: StreamRead((), dropped=n),
-            )
-        reads = self._reads.subscribe()
-        if self._outcome.done() or self._subscription is None or self._subscription.closed:
-            self._reads.close()
-        return self._last_entry, reads
 
     async def stop(self, within: float, reason: UnresolvedReason, known: str) -> None:
         """Request cancellation and wait at most ``within`` seconds; then settle
@@ -494,12 +392,8 @@ class CeleryTask(AgentTask, TaskDiagnostics):
     def _finish(self, outcome: TaskOutcome) -> None:
         if self._outcome.done():
             return
-        for key, held in tuple(self._delivering.items()):
-            if held is not None and key not in self._resolved:
-                self._resolved.add(key)
-                self._events.publish(held)
-        for key in tuple(self._pending):
-            self._clear(key, ClearReason.TASK_ENDED)
+        self._interactions.task_ended()
+        self._settle_awaiting()
         event: TerminalEvent[Any] = terminal_event(outcome)
         self._state = _STATE_OF_TERMINAL[type(event).__name__]
         self._outcome.set_result(outcome)
@@ -510,93 +404,5 @@ class CeleryTask(AgentTask, TaskDiagnostics):
         if self._reads is not None:
             self._reads.close()
 
-    def _read_entries(self, entries: Sequence[StreamEntry]) -> None:
-        """The next entries of the task's stream, in order (from the stream reader)."""
-        if self._reads is not None:
-            self._reads.publish(StreamRead(tuple(entries)))
-        for entry_id, fields in entries:
-            self._last_entry = entry_id
-            self._apply(fields)
 
-    def _reading_failed(self, error: BaseException) -> None:
-        log.error(
-            "event stream of task %s failed; observation lost", self._id.value, exc_info=error
-        )
-        self._finish(
-            Unresolved(
-                self._id,
-                UnresolvedReason.OBSERVATION_LOST,
-                f"the harness could not follow the task's event stream "
-                f"({type(error).__name__}: {error}); the task may still run, and its "
-                "outcome is recorded in its task record",
-            )
-        )
-
-    def _raise(self, payload: InteractionPayload) -> None:
-        key = payload.interaction_id
-        if key in self._raised:
-            return
-        self._raised[key] = payload
-        request = payload.to_request()
-        if key not in self._resolved and key not in self._submitted:
-            self._pending[key] = request
-            self._state = TaskState.AWAITING_RESPONSE
-        self._events.publish(InteractionRequested(self._id, request))
-
-    def _lose_observation(self, seconds: float, error: BaseException) -> None:
-        log.error(
-            "event stream of task %s: Redis unreachable for %.0f s; observation lost",
-            self._id.value,
-            seconds,
-        )
-        partial = "".join(self._partial)
-        self._finish(
-            Unresolved(
-                self._id,
-                UnresolvedReason.OBSERVATION_LOST,
-                f"the harness could not reach Redis for {seconds:.0f} s "
-                f"({type(error).__name__}: {error}); the task may still run, and its "
-                "outcome is recorded there",
-                output=TextOutput(partial, complete=False) if partial else None,
-            )
-        )
-
-    def _apply(self, fields: dict[str, str]) -> None:
-        kind, tag, payload = fields.get("k", ""), fields.get("t", ""), fields.get("d", "")
-        if kind == DIAGNOSTIC:
-            try:
-                diagnostic = diagnostic_from_entry(self._id, payload)
-            except DecodeError as error:
-                # Never terminal: skipping it loses one diagnostic, which the gap says.
-                log.warning("task %s: malformed diagnostic skipped: %s", self._id.value, error)
-                self._diagnostics.publish(DiagnosticGap(self._id, 1))
-                return
-            self._diagnostics.publish(diagnostic)
-            return
-        if tag == INTERACTION_TAG:
-            self._raise(InteractionPayload.from_json(loads(payload)))
-            return
-        event = event_from_entry(self._id, tag, payload, remote_cause)
-        if isinstance(event, InteractionResolved):
-            key = event.interaction_id.value
-            self._pending.pop(key, None)
-            self._settle_awaiting()
-            if key in self._resolved:
-                return  # this handle's events carried its resolution already
-            if key in self._delivering and isinstance(event.resolution, Responded):
-                # Our response is in flight: its fate decides what this handle reports
-                # (a lost reply reports it cleared as unconfirmed, although it landed).
-                self._delivering[key] = event
-                return
-            self._resolved.add(key)
-        if isinstance(event, TerminalEvent):
-            self._settled_view = settled_view(fields)
-            self._finish(event.outcome)
-            return
-        if isinstance(event, TaskStarted) and self._state is TaskState.STARTING:
-            self._state = TaskState.RUNNING
-        elif isinstance(event, MessageDelta) and event.role is MessageRole.ANSWER:
-            self._partial.append(event.text)
-        elif isinstance(event, Warning) and event.kind is WarningKind.RECOVERABLE:
-            self._partial.clear()  # a resumed run starts its answer over
-        self._events.publish(event)
+__all__ = ["CeleryTask", "StreamEntry", "StreamRead", "remote_cause"]
