@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +32,7 @@ from agent_harness_protocol import (
 from redis.exceptions import RedisError
 
 from wire.codec import dumps, task_input_to_json
+from wire.keys import IDEMPOTENCY_KEY_RULE, is_valid_idempotency_key
 from wire.narrowing import narrowing_of
 from wire.provider import PROVIDER
 from wire.store import BusyPolicy, ReleaseResult, StartResult
@@ -387,9 +387,6 @@ class CelerySession(AgentSession):
             )
 
 
-_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
-
-
 def _idempotency(
     key: str | None, task_input: Mapping[str, Any], if_busy: BusyPolicy
 ) -> tuple[str, str] | None:
@@ -397,8 +394,8 @@ def _idempotency(
     text, its output schema if any, and its busy policy)."""
     if key is None:
         return None
-    if _IDEMPOTENCY_KEY.fullmatch(key) is None:
-        raise ValueError("an idempotency key is 1-255 printable ASCII characters")
+    if not is_valid_idempotency_key(key):
+        raise ValueError(f"an idempotency key is {IDEMPOTENCY_KEY_RULE}")
     fingerprinted: dict[str, Any] = {"input": task_input["text"], "if_busy": if_busy.value}
     if "output_schema" in task_input:
         fingerprinted["output_schema"] = task_input["output_schema"]

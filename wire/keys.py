@@ -40,6 +40,18 @@ ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"
 ID_RULE = "1-128 characters [A-Za-z0-9_.-]"
 """:data:`ID_PATTERN` in words, for error messages and API descriptions."""
 _ID = re.compile(ID_PATTERN)
+IDEMPOTENCY_KEY_PATTERN = r"[\x21-\x7e]{1,255}"
+"""What an idempotency key may be (it names a key through its digest, see
+:meth:`Keys.idempotency`): the one declaration the harness and the API check against."""
+IDEMPOTENCY_KEY_RULE = "1-255 printable ASCII characters"
+_IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
+
+
+def is_valid_idempotency_key(value: str) -> bool:
+    """Whether ``value`` is an idempotency key (the whole string)."""
+    return _IDEMPOTENCY_KEY.fullmatch(value) is not None
+
+
 MODULES_PROBE_KEY = "ahp:modules-probe"
 """Never written, only read (``JSON.TYPE``) by the probe of ``wire.modules``; outside any
 namespace because the probe is about the server, not a deployment."""

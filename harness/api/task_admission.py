@@ -25,6 +25,7 @@ from harness.errors import (
 )
 from harness.runs import start_run
 from harness.task import CeleryTask
+from wire import keys
 from wire.codec import dumps
 from wire.narrowing import NarrowedSessionSpec, NarrowedTaskRequest
 from wire.store import BusyPolicy
@@ -48,7 +49,7 @@ from .state import ApiState, api_state
 
 MAX_WAIT_SECONDS = 600.0
 """The largest ``wait`` the schema accepts; the deployment's ``AHP_API_MAX_WAIT`` caps it."""
-IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
+IDEMPOTENCY_KEY_PATTERN = f"^{keys.IDEMPOTENCY_KEY_PATTERN}$"
 
 log = logging.getLogger(__name__)
 
