@@ -36,9 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -48,6 +46,16 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from wire.backoff import CONNECTION_ERRORS, Outage
 from wire.redis_options import pool_options
+
+from .stream_subscriptions import (
+    FollowedStream,
+    Follower,
+    Inbox,
+    Mark,
+    StreamEntry,
+    Subscription,
+    comes_after,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,91 +69,8 @@ _UNBLOCK_PAUSE_CAP = 0.05
 """Seconds between attempts to unblock a read that has not reached Redis yet, at most."""
 _ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 
-StreamEntry = tuple[str, dict[str, str]]
-"""One entry of a task's Redis Stream: its id and its fields."""
-
 Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
 """Runs background work (the runtime's ``spawn``: tracked, cancelled when it closes)."""
-
-
-def comes_after(entry_id: str, cursor: str) -> bool:
-    """Whether stream entry ``entry_id`` comes after ``cursor`` (both ``ms-seq`` ids)."""
-    first, _, second = entry_id.partition("-")
-    before, _, rest = cursor.partition("-")
-    return (int(first), int(second or 0)) > (int(before), int(rest or 0))
-
-
-@dataclass(frozen=True, slots=True)
-class Follower:
-    """What receives one subscription's entries and its end. The reader calls these on its
-    loop and never waits for them: each returns at once."""
-
-    entries: Callable[[Sequence[StreamEntry]], None]
-    """The next entries, in order, never empty. Raising fails the subscription."""
-    failed: Callable[[BaseException], None]
-    """The stream cannot be read (its key is not a stream), or ``entries`` raised; the
-    subscription has ended."""
-    lost: Callable[[float, BaseException], None]
-    """Redis was unreachable for ``window`` seconds (how long, the last error); the
-    subscription has ended."""
-    window: float = 60.0
-    """Seconds of Redis unreachable before the subscription is lost (0: at once)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Mark:
-    """A script call a subscription owes Redis: ``EVALSHA sha len(keys) *keys``, pipelined
-    in front of the reader's reads until it lands."""
-
-    sha: str
-    keys: tuple[str, ...]
-    run: Callable[[], Awaitable[object]]
-    """The same call on a pooled connection, loading the script if Redis lost it."""
-    what: str
-    """Names the call in the log."""
-
-
-class Subscription:
-    """One follower of one stream key, from one position; ``close()`` ends it."""
-
-    __slots__ = ("_reader", "closed", "follower", "joined", "key", "last", "mark")
-
-    def __init__(
-        self,
-        reader: StreamReader,
-        key: str,
-        follower: Follower,
-        after: str,
-        joined: float,
-        mark: Mark | None,
-    ) -> None:
-        self._reader = reader
-        self.key = key
-        self.follower = follower
-        self.last = after
-        """The id of the last entry handed to the follower (or the one it started after)."""
-        self.joined = joined
-        self.mark = mark
-        self.closed = False
-
-    def close(self) -> None:
-        """Stop following (idempotent): no callback of the follower runs after it."""
-        self._reader._unsubscribe(self)
-
-
-class _Stream:
-    """One followed key: the id its next read starts after, and its subscriptions."""
-
-    __slots__ = ("changed", "cursor", "slot", "subscriptions")
-
-    def __init__(self, cursor: str, slot: int, changed: int) -> None:
-        self.cursor = cursor
-        self.slot = slot
-        """Its position in the packed command's keys and ids."""
-        self.changed = changed
-        """The last read sent when its cursor moved back (or it was added): that read's
-        reply for this key is not applied (the next read asks from the cursor)."""
-        self.subscriptions: list[Subscription] = []
 
 
 def _bulk(text: str) -> bytes:
@@ -187,7 +112,7 @@ class StreamReader:
         self._unblocker = unblocker
         self._spawn: Spawn = spawn if spawn is not None else self._spawn_own
         self._own: set[asyncio.Task[Any]] = set()
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, FollowedStream] = {}
         self._order: list[str] = []
         self._key_bulks: list[bytes] = []
         self._id_bulks: list[bytes] = []
@@ -268,7 +193,7 @@ class StreamReader:
 
         At most ``capacity`` reads wait here for a slow consumer; past them the
         subscription pauses, and resumes from the last entry taken once they are."""
-        inbox = _Inbox(capacity)
+        inbox = Inbox(capacity)
         last = after
         inbox.subscription = self.subscribe(key, last, inbox.follower)
         try:
@@ -522,15 +447,15 @@ class StreamReader:
     def _subscriptions(self) -> list[Subscription]:
         return [s for stream in self._streams.values() for s in stream.subscriptions]
 
-    def _add(self, key: str, cursor: str) -> _Stream:
-        stream = _Stream(cursor, len(self._order), self._generation)
+    def _add(self, key: str, cursor: str) -> FollowedStream:
+        stream = FollowedStream(cursor, len(self._order), self._generation)
         self._streams[key] = stream
         self._order.append(key)
         self._key_bulks.append(_bulk(key))
         self._id_bulks.append(_bulk(cursor))
         return stream
 
-    def _move(self, stream: _Stream, cursor: str) -> None:
+    def _move(self, stream: FollowedStream, cursor: str) -> None:
         stream.cursor = cursor
         self._id_bulks[stream.slot] = _bulk(cursor)
 
@@ -546,7 +471,7 @@ class StreamReader:
         if not stream.subscriptions:
             self._remove(subscription.key, stream)
 
-    def _remove(self, key: str, stream: _Stream) -> None:
+    def _remove(self, key: str, stream: FollowedStream) -> None:
         del self._streams[key]
         slot, last = stream.slot, len(self._order) - 1
         if slot != last:  # the last key takes its place
@@ -568,47 +493,6 @@ class StreamReader:
 
 _READABLE = frozenset({"stream", "none"})
 """Key types an ``XREAD`` accepts (a missing key is waited on)."""
-
-
-class _Inbox:
-    """The buffer between the reader and one ``follow()`` consumer."""
-
-    def __init__(self, capacity: int) -> None:
-        self.reads: deque[tuple[StreamEntry, ...]] = deque()
-        self.error: BaseException | None = None
-        self.paused = False
-        self.subscription: Subscription | None = None
-        self.follower = Follower(self._entries, self._failed, self._lost, window=0.0)
-        self._capacity = max(1, capacity)
-        self._wake = asyncio.Event()
-
-    def _entries(self, entries: Sequence[StreamEntry]) -> None:
-        self.reads.append(tuple(entries))
-        if len(self.reads) >= self._capacity:
-            self.paused = True
-            self.close()
-        self._wake.set()
-
-    def _failed(self, error: BaseException) -> None:
-        self.error = error
-        self._wake.set()
-
-    def _lost(self, seconds: float, error: BaseException) -> None:
-        self._failed(error)
-
-    async def wait(self, seconds: float) -> bool:
-        """Whether something arrived within ``seconds``."""
-        self._wake.clear()
-        try:
-            async with asyncio.timeout(seconds):
-                await self._wake.wait()
-        except TimeoutError:
-            return False
-        return True
-
-    def close(self) -> None:
-        if self.subscription is not None:
-            self.subscription.close()
 
 
 __all__ = [
