@@ -44,14 +44,8 @@ from agent_harness_protocol import (
 from agent_harness_protocol.diagnostics import TaskDiagnostics
 from redis.exceptions import RedisError
 
-from wire.codec import (
-    dumps,
-    event_to_entry,
-    loads,
-    outcome_from_json,
-    outcome_to_json,
-    terminal_event,
-)
+from wire.codec import dumps, loads, outcome_from_json, outcome_to_json, terminal_event
+from wire.event_codec import event_to_entry
 from wire.interactions import (
     InteractionPayload,
     resolution_to_json,

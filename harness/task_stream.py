@@ -36,15 +36,9 @@ from agent_harness_protocol import (
     WarningKind,
 )
 
-from wire.codec import (
-    DIAGNOSTIC,
-    INTERACTION_TAG,
-    RemoteCause,
-    diagnostic_from_entry,
-    event_from_entry,
-    loads,
-)
+from wire.codec import RemoteCause, loads
 from wire.errors import DecodeError
+from wire.event_codec import DIAGNOSTIC, INTERACTION_TAG, diagnostic_from_entry, event_from_entry
 from wire.interactions import InteractionPayload
 
 from .errors import RemoteTaskError

@@ -36,15 +36,14 @@ from agent_harness_protocol import (
 )
 
 from harness.api.events import EVENT_NAMES, EVENT_SCHEMA, encode_entry
-from wire.codec import (
+from wire.codec import dumps, outcome_to_json
+from wire.event_codec import (
     DIAGNOSTIC,
     INTERACTION_TAG,
     SEMANTIC,
     TERMINAL_TAG,
     diagnostic_to_entry,
-    dumps,
     event_to_entry,
-    outcome_to_json,
 )
 from wire.interactions import InteractionKind, InteractionPayload, approval_decisions
 

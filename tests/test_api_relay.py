@@ -28,7 +28,8 @@ from agent_harness_protocol import (
 
 from harness.api.events import task_events
 from harness.task import StreamEntry, StreamRead
-from wire.codec import SEMANTIC, TERMINAL_TAG, dumps, event_to_entry, outcome_to_json
+from wire.codec import dumps, outcome_to_json
+from wire.event_codec import SEMANTIC, TERMINAL_TAG, event_to_entry
 from wire.keys import Keys
 
 TASK = "relay-task"

@@ -22,7 +22,7 @@ from agent_harness_protocol import (
     TaskId,
 )
 
-from wire.codec import event_from_entry, event_to_entry, interaction_entry
+from wire.event_codec import event_from_entry, event_to_entry, interaction_entry
 from wire.interactions import (
     InteractionKind,
     InteractionPayload,

@@ -21,8 +21,8 @@ from agent_harness_protocol import (
     TaskId,
 )
 
-from wire.codec import event_from_entry, event_to_entry
 from wire.errors import DecodeError
+from wire.event_codec import event_from_entry, event_to_entry
 from wire.interactions import (
     InteractionKind,
     InteractionPayload,

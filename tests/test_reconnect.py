@@ -30,7 +30,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from harness import CeleryHarness
 from harness.task import CeleryTask, remote_cause
-from wire.codec import DIAGNOSTIC, event_from_entry
+from wire.event_codec import DIAGNOSTIC, event_from_entry
 from wire.keys import Keys
 from wire.records import TaskField
 from wire.settings import Settings

@@ -34,7 +34,7 @@ from harness import CeleryHarness
 from harness.task import remote_cause
 from tooling.embedded_redis import EmbeddedRedis
 from tooling.worker_process import WorkerProcess
-from wire.codec import DIAGNOSTIC, event_from_entry
+from wire.event_codec import DIAGNOSTIC, event_from_entry
 from wire.keys import Keys
 from wire.records import TaskField
 from wire.redis_options import pool_options

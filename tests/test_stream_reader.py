@@ -35,7 +35,7 @@ from harness import CeleryHarness
 from harness.connections import client_name
 from harness.stream_reader import Follower, Mark, StreamEntry, StreamReader
 from harness.task import remote_cause
-from wire.codec import DIAGNOSTIC, event_from_entry
+from wire.event_codec import DIAGNOSTIC, event_from_entry
 from wire.keys import Keys
 from wire.settings import Settings
 

@@ -24,14 +24,9 @@ from agent_harness_protocol import (
 
 from harness.errors import RemoteTaskError
 from harness.fanout import BoundedFanout
-from wire.codec import (
-    RemoteCause,
-    event_from_entry,
-    event_to_entry,
-    outcome_from_json,
-    outcome_to_json,
-)
+from wire.codec import RemoteCause, outcome_from_json, outcome_to_json
 from wire.errors import DecodeError
+from wire.event_codec import event_from_entry, event_to_entry
 from wire.messages import (
     MaintenanceOperation,
     MaintenanceReply,

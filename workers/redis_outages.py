@@ -15,7 +15,7 @@ from typing import Any
 from agent_harness_protocol import TaskId, Warning, WarningKind
 
 from wire.backoff import CONNECTION_ERRORS, Outage, connection_lost
-from wire.codec import SEMANTIC, event_to_entry
+from wire.event_codec import SEMANTIC, event_to_entry
 from wire.settings import Settings
 from wire.store import RecordStore
 

@@ -25,9 +25,7 @@ from agent_harness_protocol import (
 
 from wire.backoff import connection_lost
 from wire.codec import (
-    SEMANTIC,
     dumps,
-    event_to_entry,
     loads,
     run_metadata_from_json,
     spec_from_json,
@@ -35,6 +33,7 @@ from wire.codec import (
     usage_from_json,
     usage_to_json,
 )
+from wire.event_codec import SEMANTIC, event_to_entry
 from wire.narrowing import narrowing_of
 from wire.profiles import AgentProfile
 from wire.records import SessionField, TaskField

@@ -25,7 +25,7 @@ from agent_harness_protocol import (
     WarningKind,
 )
 
-from wire.codec import SEMANTIC, event_to_entry
+from wire.event_codec import SEMANTIC, event_to_entry
 from wire.structured_output import OutputSchema, judge_answer, output_instruction
 
 from .event_sink import EventSink

@@ -25,7 +25,7 @@ from agent_harness_protocol import (
 )
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, BaseMessageChunk
 
-from wire.codec import DIAGNOSTIC, SEMANTIC, diagnostic_to_entry, event_to_entry
+from wire.event_codec import DIAGNOSTIC, SEMANTIC, diagnostic_to_entry, event_to_entry
 from wire.interactions import InteractionPayload
 from wire.narrowing import NO_NARROWING, Narrowing
 from wire.provider import PROVIDER

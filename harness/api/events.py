@@ -45,8 +45,9 @@ from redis.exceptions import RedisError
 
 from harness.stream_reader import StreamEntry, StreamReader, comes_after
 from harness.task import StreamRead
-from wire.codec import DIAGNOSTIC, diagnostic_from_entry, dumps, event_from_entry
+from wire.codec import dumps
 from wire.errors import DecodeError
+from wire.event_codec import DIAGNOSTIC, diagnostic_from_entry, event_from_entry
 from wire.interactions import resolution_to_json
 from wire.keys import Keys
 
