@@ -18,7 +18,6 @@ from agent_harness_protocol import (
     PersistentSessionRef,
     PersistentSessions,
     ProviderId,
-    SessionBlockedError,
     SessionId,
     SessionSpec,
     StorageNamespace,
@@ -34,17 +33,11 @@ from wire.profiles import AgentProfile, load_profiles, resolve_profile
 from wire.provider import PROVIDER
 from wire.records import SessionField, TaskField
 from wire.settings import Settings
-from wire.store import ReopenResult
 
 from .admission import support_report, validate_session
 from .errors import (
     CheckpointCleanupError,
-    PersistentConfigurationError,
-    SessionBusyError,
-    StoredHistoryUnavailableError,
-    UnknownPersistentSessionError,
     UnknownSessionError,
-    UnknownTaskError,
 )
 from .info import (
     SessionInfo,
@@ -54,6 +47,7 @@ from .info import (
     session_info,
     task_info,
 )
+from .lookups import owned_session_record, owned_task_record, raise_for_reopen
 from .redis_errors import reported
 from .responses import ResponderFactory
 from .runtime import CallerRuntime, PublisherFactory
@@ -289,7 +283,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
                 runtime.handle_ttl_ms,
                 (self._profile.name, self._profile.digest),
             )
-        _raise_for_reopen(session_id, result, detail)
+        raise_for_reopen(session_id, result, detail)
         runtime.track_handle(reference.id, handle_id)
         session = CelerySession(runtime, session_id, spec, handle_id=handle_id)
         runtime.sessions.add(session)
@@ -310,7 +304,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         if self._closed:
             raise RuntimeError("harness is closed")
         runtime = self._open()
-        record = await self._owned_session(runtime, session_id, tenant)
+        record = await owned_session_record(runtime, session_id, tenant)
         if record.get(SessionField.CLOSED) == "1":
             raise UnknownSessionError(session_id)
         spec = spec_from_json(loads(record[SessionField.SPEC]))
@@ -342,7 +336,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         if self._closed:
             raise RuntimeError("harness is closed")
         runtime = self._open()
-        record = await self._owned_task(runtime, task_id, tenant)
+        record = await owned_task_record(runtime, task_id, tenant)
         task = CeleryTask(
             runtime,
             SessionId(record[TaskField.SESSION]),
@@ -360,7 +354,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
             HarnessTransportError: Redis could not be reached.
         """
         runtime = self._open()
-        record = await self._owned_session(runtime, session_id, tenant)
+        record = await owned_session_record(runtime, session_id, tenant)
         with reported("the session could not be read"):
             queued = await runtime.redis.lrange(runtime.keys.session_queue(session_id), 0, -1)
         return session_info(session_id, record, tuple(str(item) for item in queued))
@@ -374,7 +368,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
             HarnessTransportError: Redis could not be reached.
         """
         runtime = self._open()
-        record = await self._owned_task(runtime, task_id, tenant)
+        record = await owned_task_record(runtime, task_id, tenant)
         pending: tuple[InteractionRequest, ...] = ()
         if record.get(TaskField.STATE) == TaskState.AWAITING_RESPONSE.value:
             with reported("the task could not be read"):
@@ -401,32 +395,6 @@ class CeleryHarness(AgentHarness, PersistentSessions):
                     pipe.llen(name)
                 depth = sum(int(n) for n in await pipe.execute())
         return TaskMetrics(statistics, starting, running, depth)
-
-    @staticmethod
-    async def _owned_session(
-        runtime: CallerRuntime, session_id: str, tenant: str | None
-    ) -> dict[str, str]:
-        if not is_valid_id(session_id):
-            raise UnknownSessionError(session_id)
-        with reported("the session could not be read"):
-            record = await runtime.store.session_record(session_id)
-        if not record or (tenant is not None and record.get(SessionField.TENANT) != tenant):
-            raise UnknownSessionError(session_id)
-        return record
-
-    @staticmethod
-    async def _owned_task(
-        runtime: CallerRuntime, task_id: str, tenant: str | None
-    ) -> dict[str, str]:
-        if not is_valid_id(task_id):
-            raise UnknownTaskError(task_id)
-        with reported("the task could not be read"):
-            record = await runtime.store.task_record(task_id)
-        if not record.get(TaskField.SESSION) or (
-            tenant is not None and record.get(TaskField.TENANT) != tenant
-        ):
-            raise UnknownTaskError(task_id)
-        return record
 
     async def aclose(self) -> None:
         """Release every session within ``cleanup_budget.total``; idempotent and shielded.
@@ -490,36 +458,6 @@ class CeleryHarness(AgentHarness, PersistentSessions):
                 raise CheckpointCleanupError(failures)
         finally:
             await runtime.aclose()
-
-
-def _raise_for_reopen(session_id: SessionId, result: ReopenResult, detail: str) -> None:
-    if result is ReopenResult.OK:
-        return
-    if result is ReopenResult.UNKNOWN:
-        raise UnknownPersistentSessionError(session_id.value)
-    if result is ReopenResult.PROFILE:
-        raise PersistentConfigurationError(
-            session_id.value,
-            "reference",
-            "the context belongs to another agent profile or profile version",
-        )
-    if result is ReopenResult.CONFIGURED:
-        raise PersistentConfigurationError(
-            session_id.value,
-            "spec",
-            "another open handle of this context uses a different configuration",
-        )
-    if result is ReopenResult.UNCONFIRMED:
-        raise SessionBlockedError(
-            session_id, f"the start of task {detail} is unconfirmed; it may still run"
-        )
-    if result is ReopenResult.OUTLIVED:
-        raise SessionBlockedError(
-            session_id, "a previous graph run has not ended although its task was settled"
-        )
-    if result is ReopenResult.BUSY:
-        raise SessionBusyError(session_id.value, detail)
-    raise StoredHistoryUnavailableError(session_id.value)
 
 
 __all__ = ["CeleryHarness"]
