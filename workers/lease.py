@@ -33,7 +33,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
@@ -42,9 +42,16 @@ from wire import scripts
 from wire.store import RecordStore
 
 from .errors import StaleLeaseError
-from .lease_renewer import LeaseRenewer
 
 log = logging.getLogger(__name__)
+
+
+class Renewer(Protocol):
+    """What renews a lease (the process's ``workers.lease_renewer.LeaseRenewer``)."""
+
+    def add(self, lease: SessionLease) -> None: ...
+    def remove(self, lease: SessionLease) -> None: ...
+
 
 LEASE_CONFIG_KEY = "ahp_session_lease"
 """The key of a graph run's ``RunnableConfig["configurable"]`` carrying its lease.
@@ -79,7 +86,7 @@ class SessionLease:
         acquired_at: float,
         cancel_requested: asyncio.Event | None = None,
         lost: asyncio.Event | None = None,
-        renewer: LeaseRenewer | None = None,
+        renewer: Renewer | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         """``acquired_at``: ``time.monotonic()`` just before the claim was sent (asyncio's
