@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
@@ -36,23 +37,35 @@ PROFILE = AgentProfile(
 )
 
 
+@dataclass
+class _Loss:
+    armed: bool = False
+    lost: bool = False
+
+
 class _LosesTheStepCheckpoint(AsyncRedisSaver):
     """Keeps every node's writes, and fails the first step checkpoint after the first
-    writes were kept: the run is lost between the two, as a stalled worker's would be."""
+    writes were kept: the run is lost between the two, as a stalled worker's would be.
 
-    armed = False
-    lost = False
+    The state lives in one ``_Loss`` the saver's copies share: with strict msgpack
+    (``LANGGRAPH_STRICT_MSGPACK=true``, as the workers run) LangGraph compiles the graph
+    on a shallow copy of its checkpointer (``with_allowlist``), and that copy is the one
+    the run calls."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.loss = _Loss()
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, **kw: Any
     ) -> None:
         await super().aput_writes(config, writes, task_id, **kw)
-        if not self.lost:
-            self.armed = True
+        if not self.loss.lost:
+            self.loss.armed = True
 
     async def aput(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> RunnableConfig:
-        if self.armed and not self.lost:
-            self.lost = True
+        if self.loss.armed and not self.loss.lost:
+            self.loss.lost = True
             raise RedisConnectionError("the run was lost before its step's checkpoint")
         return await super().aput(config, *args, **kwargs)
 
@@ -72,7 +85,7 @@ async def test_a_step_whose_writes_were_kept_but_not_its_checkpoint_is_continued
                     thread_id, "count these words", None, {"ahp_task_id": task_id}
                 ):
                     pass
-            assert saver.lost
+            assert saver.loss.lost
             point = await graph.resume_point(thread_id, task_id)
             assert point.kind is ResumeKind.CONTINUE, point
             # Run on from there: the turn ends with the model's answer after the tool.
