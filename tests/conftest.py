@@ -21,6 +21,7 @@ from tooling.embedded_redis import EmbeddedRedis
 from wire.settings import Settings
 
 from .support.boundary import ModelBoundary
+from .support.fault_pool import Pool, fault_settings
 
 
 @pytest.fixture(scope="session")
@@ -76,3 +77,28 @@ def boundary(sync_redis: redis.Redis, worker: None) -> Iterator[ModelBoundary]:
     observation = ModelBoundary(sync_redis)
     yield observation
     observation.settle()
+
+
+@pytest.fixture
+def idle_queue_settings(settings: Settings) -> Settings:
+    """The test deployment with a queue of its own that no worker serves: starts stay
+    unclaimed."""
+    return settings.model_copy(update={"queue": f"{settings.queue}.idle-{uuid4().hex[:6]}"})
+
+
+@pytest.fixture(scope="session")
+def _session_fault_pool(settings: Settings) -> Iterator[Pool]:
+    pool = Pool(fault_settings(settings))
+    pool.start()
+    yield pool
+    pool.stop()
+
+
+@pytest.fixture
+def fault_pool(_session_fault_pool: Pool) -> Pool:
+    """Two worker processes (threads, two runs each) of a deployment of their own with a
+    2 s lease and a 0.25 s sweep, started once per session for the tests that need
+    separate OS processes; a test that kills one replaces it (``Pool.replace``), and one
+    that failed before it did finds the pool whole again."""
+    _session_fault_pool.heal()
+    return _session_fault_pool

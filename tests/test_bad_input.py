@@ -41,11 +41,8 @@ from wire.store import ClaimResult
 
 from .support.boundary import ModelBoundary
 from .support.claims import ClaimCounts
+from .support.keyspace import namespace_keys
 from .support.waiting import wait_for
-
-
-def _namespace_keys(sync_redis: redis.Redis, settings: Settings) -> set[str]:
-    return {str(key) for key in sync_redis.scan_iter(f"{settings.namespace}:*", count=1000)}
 
 
 @pytest.mark.parametrize(
@@ -81,12 +78,12 @@ async def test_oversized_instructions_are_refused_and_nothing_is_written(
 ) -> None:
     spec = SessionSpec(instructions="x" * (MAX_INSTRUCTIONS_CHARACTERS + 1))
     async with CeleryHarness(settings, profile="confirmed") as harness:
-        before = _namespace_keys(sync_redis, settings)
+        before = namespace_keys(sync_redis, settings.namespace)
         with pytest.raises(IncompatibleRequirementError, match="exceed the limit") as caught:
             await harness.create_session(spec)
         assert [issue.path for issue in caught.value.issues] == ["instructions"]
         assert [issue.path for issue in harness.validate(spec).issues] == ["instructions"]
-        assert _namespace_keys(sync_redis, settings) == before
+        assert namespace_keys(sync_redis, settings.namespace) == before
 
 
 @pytest.mark.parametrize("blank", ["", "   "])
@@ -114,7 +111,7 @@ async def test_every_unkeepable_requirement_is_listed_and_nothing_is_written(
         ),
     )
     async with CeleryHarness(settings, profile="confirmed") as harness:
-        before = _namespace_keys(sync_redis, settings)
+        before = namespace_keys(sync_redis, settings.namespace)
         with pytest.raises(IncompatibleRequirementError) as caught:
             await harness.create_session(spec)
         paths = {issue.path for issue in caught.value.issues}
@@ -125,7 +122,7 @@ async def test_every_unkeepable_requirement_is_listed_and_nothing_is_written(
             "requirements.workspace",
         }
         assert harness.validate(spec).issues == caught.value.issues
-        assert _namespace_keys(sync_redis, settings) == before
+        assert namespace_keys(sync_redis, settings.namespace) == before
         assert boundary.calls() == []
 
 
@@ -198,7 +195,7 @@ async def test_worker_drops_messages_for_unknown_or_hostile_task_ids(
 ) -> None:
     async with CeleryHarness(settings, profile="confirmed") as harness:
         runtime = harness._open()
-        before = _namespace_keys(sync_redis, settings)
+        before = namespace_keys(sync_redis, settings.namespace)
         malformed_before = int(sync_redis.get(Keys(settings.namespace).malformed_messages()) or 0)
         claims = ClaimCounts(sync_redis, settings.namespace)
         await runtime.publisher.publish("0123456789abcdef0123456789abcdef")
@@ -227,13 +224,15 @@ async def test_worker_drops_messages_for_unknown_or_hostile_task_ids(
         except TimeoutError:
             raise AssertionError("the hostile message was never dropped and counted") from None
         assert not {
-            key for key in _namespace_keys(sync_redis, settings) - before if not _workers(keys, key)
+            key
+            for key in namespace_keys(sync_redis, settings.namespace) - before
+            if not _workers(keys, key)
         }
         # A real task still runs after them.
         session = await harness.create_session(SessionSpec())
         task = await session.start_task(TaskRequest(TextInput("after bad messages")))
         assert isinstance(await asyncio.wait_for(task.await_outcome(), 30), Completed)
-        created = _namespace_keys(sync_redis, settings) - before
+        created = namespace_keys(sync_redis, settings.namespace) - before
         assert all(
             session.id.value in key or task.id.value in key or _workers(keys, key)
             for key in created
@@ -254,14 +253,14 @@ async def test_reopen_of_a_hostile_or_foreign_reference_is_a_value_error_and_wri
         session = await harness.create_session(_PERSISTENT)
         reference = session.persistent_ref
         assert reference is not None
-        before = _namespace_keys(sync_redis, settings)
+        before = namespace_keys(sync_redis, settings.namespace)
         with pytest.raises(ValueError, match="invalid persistent session id"):
             await harness.reopen_session(replace(reference, id=hostile), _PERSISTENT)
         with pytest.raises(ValueError, match="cannot be reopened"):
             await harness.reopen_session(
                 replace(reference, provider=ProviderId("another-provider")), _PERSISTENT
             )
-        assert _namespace_keys(sync_redis, settings) == before
+        assert namespace_keys(sync_redis, settings.namespace) == before
 
 
 async def test_reopen_of_a_non_persistent_session_or_with_a_non_persistent_spec_is_rejected(
@@ -274,12 +273,12 @@ async def test_reopen_of_a_non_persistent_session_or_with_a_non_persistent_spec_
         persistent = await harness.create_session(_PERSISTENT)
         reference = persistent.persistent_ref
         assert reference is not None
-        before = _namespace_keys(sync_redis, settings)
+        before = namespace_keys(sync_redis, settings.namespace)
         with pytest.raises(UnknownPersistentSessionError):
             await harness.reopen_session(replace(reference, id=plain.id.value), _PERSISTENT)
         with pytest.raises(IncompatibleRequirementError, match=r"requirements\.persistence"):
             await harness.reopen_session(reference, SessionSpec())
-        assert _namespace_keys(sync_redis, settings) == before
+        assert namespace_keys(sync_redis, settings.namespace) == before
 
 
 async def test_reopen_by_another_agent_profile_is_rejected(settings: Settings) -> None:

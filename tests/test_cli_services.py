@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,15 +20,11 @@ from tooling.services import BASIC_AUTH_ENV, check_basic_auth
 from tooling.worker_process import PROJECT_ROOT, settings_environment
 from wire.settings import Settings
 
+from .support.ports import free_port
+
 pytestmark = pytest.mark.processes
 
 PASSWORD = "s3cret-flower-pw"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -71,7 +66,7 @@ def _start_flower(
     processes: list[subprocess.Popen[str]], env: Mapping[str, str], *args: str
 ) -> tuple[subprocess.Popen[str], str]:
     """Start ``ahp-celery flower`` on a free port; its base URL once it answers HTTP."""
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "tooling.cli", "flower", "--port", str(port), *args],
         cwd=PROJECT_ROOT,
@@ -111,7 +106,7 @@ def test_the_api_refuses_invalid_api_settings_before_serving(flower_env: dict[st
         "AHP_API_KEEP_ALIVE": "0",
         "AHP_API_TOKENS": '{"t": ["s3cret-token-0123456789"]}',
     }
-    refused = _cli(env, "api", "--port", str(_free_port()))
+    refused = _cli(env, "api", "--port", str(free_port()))
     assert refused.returncode == 2, refused
     assert "invalid API settings" in refused.stderr
     assert "keep_alive" in refused.stderr
@@ -119,7 +114,7 @@ def test_the_api_refuses_invalid_api_settings_before_serving(flower_env: dict[st
 
 
 def test_flower_refuses_to_start_without_authentication(flower_env: dict[str, str]) -> None:
-    refused = _cli(flower_env, "flower", "--port", str(_free_port()))
+    refused = _cli(flower_env, "flower", "--port", str(free_port()))
     assert refused.returncode == 2, refused
     assert "Flower needs authentication" in refused.stderr
     assert "--unauthenticated" in refused.stderr
@@ -190,7 +185,7 @@ def _redis_command(
 def test_redis_command_requires_the_password_from_the_environment_and_never_prints_it(
     processes: list[subprocess.Popen[str]],
 ) -> None:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "REDIS_PASSWORD": PASSWORD}
     process, banner = _redis_command(processes, env, "--port", str(port))
     assert "export REDIS_URL=redis://:$REDIS_PASSWORD@127.0.0.1" in banner[1], banner

@@ -32,7 +32,9 @@ from wire.records import TaskField
 from wire.settings import Settings, WorkerLossPolicy
 
 from .support.boundary import ModelBoundary
-from .test_faults import Pool, _fault_settings, _task_record, _terminal_entries, _until
+from .support.fault_pool import Pool, fault_settings
+from .support.keyspace import task_record, terminal_entries
+from .support.waiting import until
 
 pytestmark = pytest.mark.processes
 
@@ -52,7 +54,7 @@ async def test_a_run_handed_back_by_sigterm_completes_on_another_worker(
     ``on_worker_loss=unresolved`` (a lost run is never resumed), a task whose worker
     was sent SIGTERM mid-call still completes, on the other worker, with one more model
     call: the hand-back is not a loss."""
-    workers = Pool(_fault_settings(settings, on_worker_loss=policy, max_deliveries=max_deliveries))
+    workers = Pool(fault_settings(settings, on_worker_loss=policy, max_deliveries=max_deliveries))
     workers.start()
     try:
         async with CeleryHarness(
@@ -61,13 +63,13 @@ async def test_a_run_handed_back_by_sigterm_completes_on_another_worker(
             session = await harness.create_session(SessionSpec())
             boundary.hold()
             task = await session.start_task(TaskRequest(TextInput("handed-back-by-sigterm")))
-            await _until(lambda: bool(boundary.calls_for(task.id.value)), "the first call")
+            await until(lambda: bool(boundary.calls_for(task.id.value)), "the first call")
             first = boundary.calls_for(task.id.value)[0]
             stopping = workers.owner_of(int(str(first["pid"])))
             assert stopping.pid is not None
             os.killpg(stopping.pid, signal.SIGTERM)
             # The other worker takes the requeued message and calls the model again.
-            await _until(
+            await until(
                 lambda: len(boundary.calls_for(task.id.value)) >= 2 or task.state.is_terminal,
                 "the second call",
             )
@@ -82,11 +84,11 @@ async def test_a_run_handed_back_by_sigterm_completes_on_another_worker(
             # The group's SIGTERM alone ends it, with a warm shutdown's exit code. Not
             # stop(): its own SIGTERM could land while the interpreter is exiting, after
             # Python restored the default handler, and kill it (-15).
-            await _until(lambda: not stopping.running, "the warm shutdown", within=60)
+            await until(lambda: not stopping.running, "the warm shutdown", within=60)
             assert stopping.returncode == 0
-            record = _task_record(sync_redis, workers.settings, task.id.value)
+            record = task_record(sync_redis, workers.settings.namespace, task.id.value)
             assert record[TaskField.DELIVERIES] == "1"  # the hand-back returned its delivery
-            assert _terminal_entries(sync_redis, workers.settings, task.id.value) == 1
+            assert terminal_entries(sync_redis, workers.settings.namespace, task.id.value) == 1
             assert boundary.overlaps == 0
     finally:
         boundary.release()
@@ -97,7 +99,7 @@ async def test_a_killed_run_still_counts_as_a_lost_delivery(
     settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
 ) -> None:
     """The same with SIGKILL: the run is lost, and ``max_deliveries=1`` ends the task."""
-    workers = Pool(_fault_settings(settings, max_deliveries=1))
+    workers = Pool(fault_settings(settings, max_deliveries=1))
     workers.start()
     try:
         async with CeleryHarness(
@@ -106,7 +108,7 @@ async def test_a_killed_run_still_counts_as_a_lost_delivery(
             session = await harness.create_session(SessionSpec())
             boundary.hold()
             task = await session.start_task(TaskRequest(TextInput("killed-once")))
-            await _until(lambda: bool(boundary.calls_for(task.id.value)), "the first call")
+            await until(lambda: bool(boundary.calls_for(task.id.value)), "the first call")
             first = boundary.calls_for(task.id.value)[0]
             await asyncio.to_thread(workers.replace, workers.owner_of(int(str(first["pid"]))))
             outcome = await asyncio.wait_for(task.await_outcome(), 30)
@@ -139,7 +141,7 @@ async def test_a_resumed_task_cancelled_before_its_model_call_has_unknown_usage(
                 assert isinstance(await asyncio.wait_for(big.await_outcome(), 60), Completed)
             boundary.hold()
             task = await session.start_task(TaskRequest(TextInput("resumed-then-cancelled")))
-            await _until(lambda: bool(boundary.calls_for(task.id.value)), "the first call")
+            await until(lambda: bool(boundary.calls_for(task.id.value)), "the first call")
             first = boundary.calls_for(task.id.value)[0]
             key = Keys(workers.settings.namespace).task(task.id.value)
             watcher = AsyncRedis.from_url(workers.settings.redis_url, decode_responses=True)
@@ -163,4 +165,4 @@ async def test_a_resumed_task_cancelled_before_its_model_call_has_unknown_usage(
 
 @pytest.fixture
 def pool_settings(settings: Settings) -> Settings:
-    return _fault_settings(settings)
+    return fault_settings(settings)

@@ -17,11 +17,8 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
-from uuid import uuid4
 
 import pytest
 import redis
@@ -47,8 +44,7 @@ from celery import Celery
 
 from harness import CeleryHarness
 from harness.errors import SessionBusyError
-from tooling.worker_process import PROJECT_ROOT, WorkerProcess, settings_environment
-from tooling.worker_process import Pool as WorkerPool
+from tooling.worker_process import PROJECT_ROOT, settings_environment
 from wire.celery_config import RUN_TASK, celery_config
 from wire.keys import Keys
 from wire.settings import Settings, WorkerLossPolicy
@@ -57,69 +53,13 @@ from wire.store import ClaimResult
 from .support.boundary import ModelBoundary
 from .support.claims import ClaimCounts
 from .support.controlled_model import KILL_MARKER
+from .support.fault_pool import Pool, fault_settings
+from .support.keyspace import task_record, terminal_entries
+from .support.waiting import until
 
 pytestmark = pytest.mark.processes
 
 PERSISTENT = SessionSpec(requirements=SessionRequirements(persistence=PersistenceRequirement()))
-
-
-def _fault_settings(settings: Settings, **changes: object) -> Settings:
-    suffix = uuid4().hex[:6]
-    update: dict[str, object] = {
-        "namespace": f"{settings.namespace}-fault-{suffix}",
-        "queue": f"{settings.queue}.fault.{suffix}",
-        "lease_ttl": timedelta(seconds=2),
-        "sweep_interval": timedelta(seconds=0.25),
-        "max_deliveries": 3,
-        **changes,
-    }
-    return settings.model_copy(update=update)
-
-
-class Pool:
-    """Worker processes of one deployment; replaced as tests kill them."""
-
-    def __init__(
-        self, settings: Settings, size: int = 2, *, layout: WorkerPool = "threads"
-    ) -> None:
-        """``layout``: ``threads`` (the deployment's: every run of a process on its loop)
-        or ``prefork`` (one run per child process, which Celery replaces when it dies)."""
-        self.settings = settings
-        self.layout: WorkerPool = layout
-        self.workers = [self._worker() for _ in range(size)]
-
-    def _worker(self) -> WorkerProcess:
-        return WorkerProcess(self.settings, concurrency=2, pool=self.layout, name="fault")
-
-    def start(self) -> None:
-        with ThreadPoolExecutor(len(self.workers)) as starting:
-            list(starting.map(WorkerProcess.start, self.workers))
-
-    def owner_of(self, pid: int) -> WorkerProcess:
-        group = os.getpgid(pid)
-        return next(worker for worker in self.workers if worker.pid == group)
-
-    def replace(self, worker: WorkerProcess, *, kill: bool = True) -> WorkerProcess:
-        if kill:
-            worker.kill()
-        self.workers.remove(worker)
-        fresh = self._worker()
-        fresh.start()
-        self.workers.append(fresh)
-        return fresh
-
-    def stop(self) -> None:
-        for worker in self.workers:
-            worker.kill()
-
-
-@pytest.fixture(scope="module")
-def pool(settings: Settings) -> Iterator[Pool]:
-    """Two worker processes shared by the tests of this module; killed ones are replaced."""
-    workers = Pool(_fault_settings(settings))
-    workers.start()
-    yield workers
-    workers.stop()
 
 
 @asynccontextmanager
@@ -128,29 +68,14 @@ async def harness_of(pool: Pool) -> AsyncIterator[CeleryHarness]:
         yield harness
 
 
-async def _until(
-    predicate: Callable[[], object], what: str = "condition", *, within: float = 30
-) -> None:
-    """Poll a condition observed in Redis or in the boundary (nothing to wait on)."""
-    try:
-        async with asyncio.timeout(within):
-            while not predicate():  # noqa: ASYNC110
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
+@pytest.fixture
+def pool(fault_pool: Pool) -> Pool:
+    """The session's two fault-pool workers; tests that kill one replace it."""
+    return fault_pool
 
 
 async def _collect(task: AgentTask) -> list[TaskEvent]:
     return [event async for event in task.events()]
-
-
-def _task_record(client: redis.Redis, settings: Settings, task_id: str) -> dict[str, str]:
-    return dict(client.hgetall(Keys(settings.namespace).task(task_id)))  # type: ignore[arg-type]
-
-
-def _terminal_entries(client: redis.Redis, settings: Settings, task_id: str) -> int:
-    entries = client.xrange(Keys(settings.namespace).events(task_id))
-    return sum(1 for _, fields in entries if fields.get("t") == "terminal")  # type: ignore[union-attr]
 
 
 async def test_sigkill_mid_task_resumes_from_the_last_checkpoint_each_time(
@@ -168,11 +93,13 @@ async def test_sigkill_mid_task_resumes_from_the_last_checkpoint_each_time(
         events = asyncio.create_task(_collect(task))
         fences: list[int] = []
         for kill in range(1, 3):
-            await _until(lambda n=kill: len(boundary.calls_for(task.id.value)) >= n)
+            await until(lambda n=kill: len(boundary.calls_for(task.id.value)) >= n)
             call = boundary.calls_for(task.id.value)[-1]
-            fences.append(int(_task_record(sync_redis, pool.settings, task.id.value)["fence"]))
+            fences.append(
+                int(task_record(sync_redis, pool.settings.namespace, task.id.value)["fence"])
+            )
             await asyncio.to_thread(pool.replace, pool.owner_of(int(str(call["pid"]))))
-        await _until(lambda: len(boundary.calls_for(task.id.value)) >= 3)
+        await until(lambda: len(boundary.calls_for(task.id.value)) >= 3)
         boundary.release()
         outcome = await asyncio.wait_for(task.await_outcome(), 30)
         seen = await asyncio.wait_for(events, 10)
@@ -183,10 +110,10 @@ async def test_sigkill_mid_task_resumes_from_the_last_checkpoint_each_time(
         assert sum(isinstance(event, TerminalEvent) for event in seen) == 1
         assert isinstance(seen[-1], TerminalEvent)
         assert sum(isinstance(event, Warning) for event in seen) == 2
-        record = _task_record(sync_redis, pool.settings, task.id.value)
+        record = task_record(sync_redis, pool.settings.namespace, task.id.value)
         assert record["deliveries"] == "3"
         assert fences[0] < fences[1] < int(record["fence"])
-        assert _terminal_entries(sync_redis, pool.settings, task.id.value) == 1
+        assert terminal_entries(sync_redis, pool.settings.namespace, task.id.value) == 1
         # Every run saw the earlier turn from the checkpoint, and the input exactly once.
         calls = boundary.calls_for(task.id.value)
         assert len(calls) == 3
@@ -204,14 +131,14 @@ async def test_sigkill_mid_task_resumes_from_the_last_checkpoint_each_time(
 async def test_lost_worker_ends_the_task_unresolved_when_the_deployment_says_so(
     settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
 ) -> None:
-    workers = Pool(_fault_settings(settings, on_worker_loss=WorkerLossPolicy.UNRESOLVED))
+    workers = Pool(fault_settings(settings, on_worker_loss=WorkerLossPolicy.UNRESOLVED))
     workers.start()
     try:
         async with harness_of(workers) as harness:
             session = await harness.create_session(SessionSpec())
             boundary.hold()
             task = await session.start_task(TaskRequest(TextInput("lost-and-unresolved")))
-            await _until(lambda: bool(boundary.calls_for(task.id.value)))
+            await until(lambda: bool(boundary.calls_for(task.id.value)))
             call = boundary.calls_for(task.id.value)[0]
             loop = asyncio.get_running_loop()
             killed_at = loop.time()
@@ -225,7 +152,7 @@ async def test_lost_worker_ends_the_task_unresolved_when_the_deployment_says_so(
             boundary.release()
             after = await session.start_task(TaskRequest(TextInput("session-usable-again")))
             assert isinstance(await asyncio.wait_for(after.await_outcome(), 30), Completed)
-            assert _terminal_entries(sync_redis, workers.settings, task.id.value) == 1
+            assert terminal_entries(sync_redis, workers.settings.namespace, task.id.value) == 1
     finally:
         boundary.release()
         workers.stop()
@@ -238,7 +165,7 @@ async def test_poison_task_fails_after_a_bounded_number_of_deliveries(
     ``max_deliveries`` claims instead of killing workers forever. (Prefork: Celery
     replaces each killed child; a threads-pool worker killed this way is a whole node
     process, restarted by ``ahp-celery worker``'s supervisor or the orchestrator.)"""
-    pool = Pool(_fault_settings(settings), layout="prefork")
+    pool = Pool(fault_settings(settings), layout="prefork")
     pool.start()
     try:
         await _poison_fails_after_bounded_deliveries(pool, boundary, sync_redis)
@@ -256,9 +183,9 @@ async def _poison_fails_after_bounded_deliveries(
         assert isinstance(outcome, Failed)
         assert "max_deliveries" in outcome.message
         assert len(boundary.calls_for(task.id.value)) == pool.settings.max_deliveries
-        record = _task_record(sync_redis, pool.settings, task.id.value)
+        record = task_record(sync_redis, pool.settings.namespace, task.id.value)
         assert record["deliveries"] == str(pool.settings.max_deliveries)
-        assert _terminal_entries(sync_redis, pool.settings, task.id.value) == 1
+        assert terminal_entries(sync_redis, pool.settings.namespace, task.id.value) == 1
         # The pool (its pool children were replaced by Celery) still serves the session.
         healthy = await session.start_task(TaskRequest(TextInput("after-poison")))
         assert isinstance(await asyncio.wait_for(healthy.await_outcome(), 60), Completed)
@@ -272,7 +199,7 @@ async def test_sigterm_finishes_running_tasks_and_hands_back_queued_ones(
     two running and two queued tasks: the running ones finish on it, the queued ones run
     on its replacement; none is lost. (A threads-pool worker hands its running runs back
     instead: ``tests/test_scale.py``.)"""
-    workers = Pool(_fault_settings(settings), size=1, layout="prefork")
+    workers = Pool(fault_settings(settings), size=1, layout="prefork")
     workers.start()
     try:
         async with harness_of(workers) as harness:
@@ -283,12 +210,12 @@ async def test_sigterm_finishes_running_tasks_and_hands_back_queued_ones(
                 for index, session in enumerate(sessions)
             ]
             running = tasks[:2]
-            await _until(lambda: all(boundary.calls_for(task.id.value) for task in running))
+            await until(lambda: all(boundary.calls_for(task.id.value) for task in running))
             old = workers.workers[0]
             assert old.pid is not None
             os.kill(old.pid, signal.SIGTERM)
             # Proof the signal was taken (Celery's own line), then time it would need to exit.
-            await _until(lambda: "Warm shutdown" in old.log_tail(), what="the warm shutdown")
+            await until(lambda: "Warm shutdown" in old.log_tail(), what="the warm shutdown")
             await asyncio.sleep(1.0)
             assert old.running, old.log_tail()
             boundary.release()
@@ -298,7 +225,7 @@ async def test_sigterm_finishes_running_tasks_and_hands_back_queued_ones(
             assert all(isinstance(outcome, Completed) for outcome in first_two)
             # Its running tasks done, it exits by itself, with a warm shutdown's code (a
             # SIGTERM from stop() could land during the interpreter's exit and kill it).
-            await _until(lambda: not old.running, "the warm shutdown's exit", within=60)
+            await until(lambda: not old.running, "the warm shutdown's exit", within=60)
             assert old.returncode == 0, old.log_tail()
             await asyncio.to_thread(workers.replace, old, kill=False)
             rest = await asyncio.wait_for(
@@ -307,7 +234,7 @@ async def test_sigterm_finishes_running_tasks_and_hands_back_queued_ones(
             assert all(isinstance(outcome, Completed) for outcome in rest)
             for task in tasks:
                 assert len(boundary.calls_for(task.id.value)) == 1
-                assert _terminal_entries(sync_redis, workers.settings, task.id.value) == 1
+                assert terminal_entries(sync_redis, workers.settings.namespace, task.id.value) == 1
             assert boundary.overlaps == 0
     finally:
         boundary.release()
@@ -336,8 +263,8 @@ async def test_a_duplicate_delivery_never_starts_a_second_run(
             session = await harness.create_session(SessionSpec())
             boundary.hold()
             task = await session.start_task(TaskRequest(TextInput("delivered-twice")))
-            await _until(lambda: bool(boundary.calls_for(task.id.value)))
-            fence = _task_record(sync_redis, settings, task.id.value)["fence"]
+            await until(lambda: bool(boundary.calls_for(task.id.value)))
+            fence = task_record(sync_redis, settings.namespace, task.id.value)["fence"]
             claims = ClaimCounts(sync_redis, settings.namespace)
             for _ in range(3):
                 await asyncio.to_thread(deliver_again, task.id.value, session.id.value)
@@ -349,11 +276,11 @@ async def test_a_duplicate_delivery_never_starts_a_second_run(
             await asyncio.to_thread(deliver_again, task.id.value, session.id.value)
             since = await claims.consumed(ClaimResult.TERMINAL, 1, "the copy of the settled task")
             assert since[ClaimResult.CLAIMED] == 0, since
-            record = _task_record(sync_redis, settings, task.id.value)
+            record = task_record(sync_redis, settings.namespace, task.id.value)
             assert record["deliveries"] == "1"
             assert record["fence"] == fence
             assert len(boundary.calls_for(task.id.value)) == 1
-            assert _terminal_entries(sync_redis, settings, task.id.value) == 1
+            assert terminal_entries(sync_redis, settings.namespace, task.id.value) == 1
             assert boundary.overlaps == 0
     finally:
         producer.close()
@@ -414,7 +341,7 @@ async def test_a_killed_caller_does_not_stop_its_task_and_another_process_reopen
         line = await asyncio.wait_for(asyncio.to_thread(caller.stdout.readline), 60)
         started = json.loads(line)
         task_id = str(started["task"])
-        await _until(lambda: bool(boundary.calls_for(task_id)))
+        await until(lambda: bool(boundary.calls_for(task_id)))
     finally:
         caller.kill()
         caller.wait()
@@ -425,8 +352,11 @@ async def test_a_killed_caller_does_not_stop_its_task_and_another_process_reopen
         with pytest.raises(SessionBusyError):
             await harness.reopen_session(reference, PERSISTENT)
         boundary.release()
-        await _until(
-            lambda: _task_record(sync_redis, pool.settings, task_id).get("state") == "completed"
+        await until(
+            lambda: (
+                task_record(sync_redis, pool.settings.namespace, task_id).get("state")
+                == "completed"
+            )
         )
         session = await harness.reopen_session(reference, PERSISTENT)
         assert session.persistent_ref == reference
@@ -435,7 +365,7 @@ async def test_a_killed_caller_does_not_stop_its_task_and_another_process_reopen
         texts = list(boundary.calls_for(task.id.value)[0]["texts"])  # type: ignore[call-overload]
         assert "caller-one-marker" in texts
         assert "outlives-its-caller" in texts
-        assert _terminal_entries(sync_redis, pool.settings, task_id) == 1
+        assert terminal_entries(sync_redis, pool.settings.namespace, task_id) == 1
         assert boundary.overlaps == 0
 
 
@@ -446,7 +376,7 @@ async def test_a_message_taken_by_a_worker_that_died_before_claiming_is_publishe
     leaves the task STARTING with its message gone (kombu would only restore it after the
     visibility timeout). Here the message is taken off the queue for real and dropped
     before any worker exists; the workers' sweeper publishes the task again."""
-    workers = Pool(_fault_settings(settings))
+    workers = Pool(fault_settings(settings))
     try:
         async with harness_of(workers) as harness:
             session = await harness.create_session(SessionSpec())
@@ -459,6 +389,6 @@ async def test_a_message_taken_by_a_worker_that_died_before_claiming_is_publishe
             outcome = await asyncio.wait_for(task.await_outcome(), 30)
             assert isinstance(outcome, Completed)
             assert len(boundary.calls_for(task.id.value)) == 1
-            assert _terminal_entries(sync_redis, workers.settings, task.id.value) == 1
+            assert terminal_entries(sync_redis, workers.settings.namespace, task.id.value) == 1
     finally:
         workers.stop()

@@ -12,7 +12,7 @@ import asyncio
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from uuid import uuid4
 
@@ -44,7 +44,9 @@ from workers.runtime import WorkerRuntime
 
 from .support.boundary import ModelBoundary
 from .support.controlled_model import MODEL_REDIS_URL_ENV
+from .support.keyspace import task_record, terminal_entries
 from .support.tcp_proxy import proxy_to
+from .support.waiting import until
 
 
 def _deployment(settings: Settings, **changes: object) -> Settings:
@@ -61,25 +63,6 @@ def _deployment(settings: Settings, **changes: object) -> Settings:
 
 def _request(text: str) -> TaskRequest:
     return TaskRequest(TextInput(text))
-
-
-async def _until(predicate: Callable[[], object], what: str, within: float = 30) -> None:
-    """Poll a condition observed in Redis, the boundary or the proxy."""
-    try:
-        async with asyncio.timeout(within):
-            while not predicate():  # noqa: ASYNC110
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
-
-
-def _record(client: redis.Redis, settings: Settings, task_id: str) -> dict[str, str]:
-    return dict(client.hgetall(Keys(settings.namespace).task(task_id)))  # type: ignore[arg-type]
-
-
-def _terminal_entries(client: redis.Redis, settings: Settings, task_id: str) -> int:
-    entries = client.xrange(Keys(settings.namespace).events(task_id))
-    return sum(1 for _, fields in entries if fields.get("t") == "terminal")  # type: ignore[union-attr]
 
 
 def _server_ms(client: redis.Redis) -> int:
@@ -164,12 +147,12 @@ async def test_a_paused_holder_cannot_move_the_thread_back_to_its_stale_turn(
             await asyncio.wait_for(first.await_outcome(), 30)
             boundary.hold()
             task = await session.start_task(_request("contested-turn"))
-            await _until(lambda: boundary.calls_for(task.id.value), "the first run's model call")
+            await until(lambda: boundary.calls_for(task.id.value), "the first run's model call")
             stale_answer = str(boundary.calls_for(task.id.value)[0]["reply"])
             # The first run's checkpoint write (carrying its answer) stays in the network.
             proxy.freeze_when(stale_answer.encode(), b"channel_values")
             boundary.release()
-            await _until(proxy.frozen.is_set, "the first run's checkpoint write")
+            await until(proxy.frozen.is_set, "the first run's checkpoint write")
             os.killpg(paused.pid, signal.SIGSTOP)
             try:
                 await _start(workers, WorkerProcess(deployment, concurrency=1, name="resumer"))
@@ -178,7 +161,7 @@ async def test_a_paused_holder_cannot_move_the_thread_back_to_its_stale_turn(
                 pointer = sync_redis.get(keys.checkpoint_latest(session.id.value))
                 assert pointer
                 proxy.thaw()
-                await _until(proxy.answered.is_set, "Redis executing the held write")
+                await until(proxy.answered.is_set, "Redis executing the held write")
             finally:
                 os.killpg(paused.pid, signal.SIGCONT)
             assert sync_redis.get(keys.checkpoint_latest(session.id.value)) == pointer
@@ -190,7 +173,7 @@ async def test_a_paused_holder_cannot_move_the_thread_back_to_its_stale_turn(
             assert texts.count("contested-turn") == 1
             for messages in await _history_texts(settings.redis_url, thread):
                 assert stale_answer not in messages
-            assert _terminal_entries(sync_redis, deployment, task.id.value) == 1
+            assert terminal_entries(sync_redis, deployment.namespace, task.id.value) == 1
             assert boundary.overlaps == 0
 
 
@@ -237,7 +220,7 @@ async def test_a_run_that_outlived_its_cancellation_cannot_write_into_the_next_r
         await asyncio.wait_for(first.await_outcome(), 30)
         boundary.hold()
         stale = await session.start_task(_request("stale-input"))
-        await _until(lambda: boundary.calls_for(stale.id.value), "the stale run's model call")
+        await until(lambda: boundary.calls_for(stale.id.value), "the stale run's model call")
         await stale.request_cancellation()
         await asyncio.wait_for(stale.await_outcome(), 30)  # settled; its run goes on
         monitor = _Monitor(settings.redis_url, "stale-input", "channel_values")
@@ -245,13 +228,13 @@ async def test_a_run_that_outlived_its_cancellation_cannot_write_into_the_next_r
             # The stale run's lease lapses (as after a stall), so the session is free again.
             sync_redis.delete(keys.lease(session.id.value))
             fresh = await session.start_task(_request("fresh-input"))
-            await _until(lambda: boundary.calls_for(fresh.id.value), "the next run's model call")
+            await until(lambda: boundary.calls_for(fresh.id.value), "the next run's model call")
             boundary.release()
             await asyncio.wait_for(fresh.await_outcome(), 30)
-            await _until(monitor.seen.is_set, "the stale run's checkpoint write")
+            await until(monitor.seen.is_set, "the stale run's checkpoint write")
         finally:
             monitor.close()
-        await _until(lambda: boundary.in_flight() == 0, "both model calls to end")
+        await until(lambda: boundary.in_flight() == 0, "both model calls to end")
         for messages in await _history_texts(settings.redis_url, session.id.value):
             assert "stale-input" not in messages
         follow = await session.start_task(_request("next-turn"))
@@ -288,10 +271,10 @@ async def test_a_holder_that_cannot_renew_stops_its_model_call_before_another_ru
                 session = await harness.create_session(SessionSpec())
                 boundary.hold()
                 task = await session.start_task(_request("partitioned-turn"))
-                await _until(lambda: boundary.calls_for(task.id.value), "the first model call")
+                await until(lambda: boundary.calls_for(task.id.value), "the first model call")
                 await _start(workers, WorkerProcess(deployment, concurrency=1, name="taker"))
                 proxy.cut()
-                await _until(
+                await until(
                     lambda: len(boundary.calls_for(task.id.value)) >= 2,
                     "the takeover's model call",
                 )
@@ -299,7 +282,7 @@ async def test_a_holder_that_cannot_renew_stops_its_model_call_before_another_ru
                 outcome = await asyncio.wait_for(task.await_outcome(), 60)
                 assert isinstance(outcome, Completed)
                 assert boundary.overlaps == 0
-                assert _terminal_entries(sync_redis, deployment, task.id.value) == 1
+                assert terminal_entries(sync_redis, deployment.namespace, task.id.value) == 1
         finally:
             proxy.heal()
 
@@ -322,20 +305,25 @@ async def test_sigterm_hands_the_lease_back_so_the_requeued_copy_runs_at_once(
         session = await harness.create_session(SessionSpec())
         boundary.hold()
         task = await session.start_task(_request("handed-back"))
-        await _until(lambda: boundary.calls_for(task.id.value), "the first model call")
+        await until(lambda: boundary.calls_for(task.id.value), "the first model call")
         await _start(workers, WorkerProcess(deployment, concurrency=1, name="staying"))
-        fence = int(_record(sync_redis, deployment, task.id.value)[TaskField.FENCE])
+        fence = int(task_record(sync_redis, deployment.namespace, task.id.value)[TaskField.FENCE])
         stopped_ms = _server_ms(sync_redis)
         os.killpg(leaving.pid, signal.SIGTERM)
-        await _until(
-            lambda: int(_record(sync_redis, deployment, task.id.value)[TaskField.FENCE]) > fence,
+        await until(
+            lambda: (
+                int(task_record(sync_redis, deployment.namespace, task.id.value)[TaskField.FENCE])
+                > fence
+            ),
             "the requeued copy's claim",
         )
-        claimed_ms = int(_record(sync_redis, deployment, task.id.value)[TaskField.CLAIMED_MS])
+        claimed_ms = int(
+            task_record(sync_redis, deployment.namespace, task.id.value)[TaskField.CLAIMED_MS]
+        )
         assert claimed_ms - stopped_ms < ttl.total_seconds() * 1000 / 2
         boundary.release()
         assert isinstance(await asyncio.wait_for(task.await_outcome(), 60), Completed)
-        assert _terminal_entries(sync_redis, deployment, task.id.value) == 1
+        assert terminal_entries(sync_redis, deployment.namespace, task.id.value) == 1
         assert boundary.overlaps == 0
 
 

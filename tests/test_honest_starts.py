@@ -49,6 +49,7 @@ from wire.store import ClaimResult, RecordStore, StartResult
 from .support.boundary import ModelBoundary
 from .support.claims import ClaimCounts
 from .support.deployments import append_only_redis, own_deployment
+from .support.keyspace import namespace_keys
 from .support.start_control import StartBoundary
 from .support.sweeps import watch_past_sweeps
 from .support.waiting import wait_for
@@ -324,10 +325,6 @@ def own_boundary(own_client: redis.Redis, own_worker: WorkerProcess) -> Iterator
     observation.settle()
 
 
-def _namespace_keys(client: redis.Redis, keys: Keys) -> set[str]:
-    return {str(key) for key in client.scan_iter(match=f"{keys.namespace}:*", count=1000)}
-
-
 @pytest.mark.processes
 async def test_starts_during_a_redis_outage_are_reported_and_never_run(
     own_redis: EmbeddedRedis,
@@ -417,7 +414,7 @@ async def test_starts_at_maxmemory_are_refused_write_nothing_and_never_run(
 
     async with CeleryHarness(own_settings, profile="confirmed", publisher_factory=factory) as h:
         session = await h.create_session(SessionSpec())
-        before = _namespace_keys(own_client, keys)
+        before = namespace_keys(own_client, keys.namespace)
         record_before = own_client.hgetall(keys.session(session.id.value))
         fill()
         try:
@@ -427,7 +424,7 @@ async def test_starts_at_maxmemory_are_refused_write_nothing_and_never_run(
                 await session.start_task(_text("maxmemory-start"))
         finally:
             free()
-        assert _namespace_keys(own_client, keys) == before
+        assert namespace_keys(own_client, keys.namespace) == before
         assert own_client.hgetall(keys.session(session.id.value)) == record_before
 
         # The start script passes; the broker refuses the message (OOM): a definite
@@ -437,7 +434,7 @@ async def test_starts_at_maxmemory_are_refused_write_nothing_and_never_run(
         publisher.after = free
         with pytest.raises(HarnessTransportError):
             await session.start_task(_text("maxmemory-publish"))
-        assert _namespace_keys(own_client, keys) == before
+        assert namespace_keys(own_client, keys.namespace) == before
 
         await watch_past_sweeps(own_settings, own_boundary, own_client)
         assert not _ran(own_boundary, "maxmemory-start")

@@ -30,16 +30,12 @@ from wire.store import ClaimResult, RecordStore
 
 from .support.boundary import ModelBoundary
 from .support.claims import ClaimCounts
+from .support.keyspace import event_kinds
 from .support.waiting import wait_for
 
 
 def _request(text: str) -> TaskRequest:
     return TaskRequest(TextInput(text))
-
-
-def _terminal_entries(sync_redis: redis.Redis, keys: Keys, task_id: str) -> list[str]:
-    entries = sync_redis.xrange(keys.events(task_id))
-    return [fields["t"] for _, fields in entries]  # type: ignore[index,union-attr]
 
 
 async def test_two_harnesses_racing_start_task_never_run_two_graphs_on_one_thread(
@@ -130,12 +126,12 @@ async def test_worker_whose_lease_was_taken_over_cannot_write_event_checkpoint_o
                 lambda: (
                     _stale_run_ended(caplog, task.id.value)
                     # or the fence failed and the stale run settled: shown below
-                    or "terminal" in _terminal_entries(sync_redis, keys, task.id.value)
+                    or "terminal" in event_kinds(sync_redis, keys.namespace, task.id.value)
                 )
             )
         except TimeoutError:
             raise AssertionError("the stale run never reached its end") from None
-        assert _terminal_entries(sync_redis, keys, task.id.value) == ["started"]
+        assert event_kinds(sync_redis, keys.namespace, task.id.value) == ["started"]
         record = sync_redis.hgetall(keys.task(task.id.value))
         assert record[TaskField.STATE] == "running"  # type: ignore[index]
         assert TaskField.OUTCOME not in record  # type: ignore[operator]
@@ -161,11 +157,6 @@ async def test_worker_whose_lease_was_taken_over_cannot_write_event_checkpoint_o
             run_ended=True,
         )
         assert isinstance(await task.await_outcome(), Unresolved)
-
-
-@pytest.fixture
-def idle_queue_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"queue": settings.queue + ".idle"})
 
 
 async def test_task_cancelled_while_queued_never_reaches_the_model(
@@ -218,7 +209,7 @@ async def test_every_task_has_exactly_one_terminal_event_and_it_is_last(
 
         groups = await asyncio.gather(*(session_run(index) for index in range(8)))
         for task in [task for group in groups for task in group]:
-            tags = _terminal_entries(sync_redis, keys, task.id.value)  # type: ignore[attr-defined]
+            tags = event_kinds(sync_redis, keys.namespace, task.id.value)
             assert tags.count("terminal") == 1, tags
             assert tags[-1] == "terminal"
             stored = loads(sync_redis.hget(keys.task(task.id.value), TaskField.OUTCOME))  # type: ignore[attr-defined,arg-type]

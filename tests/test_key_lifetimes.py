@@ -43,6 +43,7 @@ from workers.pruning import FULL_SWEEP_EVERY
 
 from .support.boundary import ModelBoundary
 from .support.claims import ClaimCounts
+from .support.keyspace import namespace_keys
 from .support.start_control import StartBoundary
 from .support.waiting import wait_for
 
@@ -62,10 +63,6 @@ def _keys_naming(client: redis.Redis, ident: str) -> set[str]:
         for key in client.scan_iter(match=f"*{ident}*", count=1000)
         if not str(key).startswith(_TEST_PREFIX)
     }
-
-
-def _namespace_keys(client: redis.Redis, settings: Settings) -> set[str]:
-    return {str(key) for key in client.scan_iter(match=f"{settings.namespace}:*", count=1000)}
 
 
 def _retention_seconds(settings: Settings) -> float:
@@ -140,12 +137,6 @@ async def test_a_released_session_leaves_no_key_behind(
     _assert_not_in_shared_sets(sync_redis, settings, [task.id.value for task in tasks])
 
 
-@pytest.fixture
-def idle_queue_settings(settings: Settings) -> Settings:
-    """The test deployment with a queue no worker serves: starts stay queued."""
-    return settings.model_copy(update={"queue": settings.queue + ".lifetimes-idle"})
-
-
 async def test_every_key_a_lifecycle_writes_has_a_ttl_or_an_owner_that_deletes_it(
     serving: None,
     settings: Settings,
@@ -159,7 +150,7 @@ async def test_every_key_a_lifecycle_writes_has_a_ttl_or_an_owner_that_deletes_i
     one of the deployment's shared structures, which hold nothing of these tasks, or
     one of its counters (a few fields each, kept for its life)."""
     keys = Keys(settings.namespace)
-    before = _namespace_keys(sync_redis, settings)
+    before = namespace_keys(sync_redis, settings.namespace)
     task_ids: list[str] = []
     async with CeleryHarness(idle_queue_settings, profile="confirmed") as idle:
         session = await idle.create_session(SessionSpec())
@@ -186,7 +177,7 @@ async def test_every_key_a_lifecycle_writes_has_a_ttl_or_an_owner_that_deletes_i
     # The persistent session's record, fence and checkpoints are its retained context.
     retained = {keys.session(persistent_sid), keys.fence(persistent_sid)}
     shared = set(keys.shared()) | set(keys.statistics())
-    new = _namespace_keys(sync_redis, settings) - before
+    new = namespace_keys(sync_redis, settings.namespace) - before
     for key in sorted(new - retained - shared):
         ttl = sync_redis.ttl(key)
         assert isinstance(ttl, int)

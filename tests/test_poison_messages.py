@@ -15,7 +15,7 @@ import asyncio
 import json
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -36,6 +36,7 @@ from wire.settings import Settings
 from workers.intake import TRANSPORT_ALIAS, MessageIntake, guarded_transport_options
 
 from .support.boundary import ModelBoundary
+from .support.waiting import until
 
 pytestmark = pytest.mark.processes
 
@@ -50,15 +51,6 @@ def _own_settings(settings: Settings, redis_url: str | None = None) -> Settings:
     if redis_url is not None:
         update["redis_url"] = redis_url
     return settings.model_copy(update=update)
-
-
-async def _until(predicate: Callable[[], object], what: str, within: float = 30) -> None:
-    try:
-        async with asyncio.timeout(within):
-            while not predicate():  # noqa: ASYNC110 (observed in Redis / the process table)
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 class RawPublisher:
@@ -192,7 +184,7 @@ async def test_malformed_messages_are_dropped_and_counted_and_workers_keep_servi
         )
 
     try:
-        await _until(lambda: queued() == 0 and counted() >= dropped, "every message dropped")
+        await until(lambda: queued() == 0 and counted() >= dropped, "every message dropped")
     except AssertionError as error:
         raise AssertionError(f"{error}: {state()}") from None
     assert [worker.pid for worker in workers] == pids, state()
@@ -247,7 +239,7 @@ async def test_a_worker_survives_a_broker_at_maxmemory_and_serves_after_it_is_fr
                     return sum(int(client.llen(key)) for key in Keys.broker_queue_lists(own.queue))
 
                 # The worker took the message (its bookkeeping was refused) ...
-                await _until(lambda: queued() == 0, "the message taken at maxmemory")
+                await until(lambda: queued() == 0, "the message taken at maxmemory")
                 # ... and stays up through a while at maxmemory.
                 for _ in range(30):
                     await asyncio.sleep(0.1)

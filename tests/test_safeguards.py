@@ -5,10 +5,6 @@ tools recorded in the worker, the model calls from the controlled model."""
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Iterator
-from datetime import timedelta
-from uuid import uuid4
 
 import pytest
 from agent_harness_protocol import (
@@ -24,10 +20,10 @@ from agent_harness_protocol import (
     TextOutput,
 )
 
-from tooling.worker_process import WorkerProcess
 from wire.settings import Settings
 
 from .support.boundary import ModelBoundary
+from .support.fault_pool import Pool
 from .support.fixtures import scoped_harness
 from .support.waiting import wait_for
 
@@ -155,34 +151,14 @@ async def test_an_unmeasured_call_ends_a_budgeted_task_failed_it_cannot_be_count
 # -- counters in the checkpoint ------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def worker_pool(settings: Settings) -> Iterator[list[WorkerProcess]]:
-    suffix = uuid4().hex[:6]
-    pool_settings = settings.model_copy(
-        update={
-            "namespace": f"{settings.namespace}-guard-{suffix}",
-            "queue": f"{settings.queue}.guard.{suffix}",
-            "lease_ttl": timedelta(seconds=2),
-            "sweep_interval": timedelta(seconds=0.25),
-            "max_deliveries": 3,
-        }
-    )
-    workers = [WorkerProcess(pool_settings, concurrency=2, name="guard") for _ in range(2)]
-    for worker in workers:
-        worker.start()
-    yield workers
-    for worker in workers:
-        worker.kill()
-
-
 @pytest.mark.processes
 async def test_safeguard_counters_survive_a_worker_killed_mid_task(
-    worker_pool: list[WorkerProcess], boundary: ModelBoundary
+    fault_pool: Pool, boundary: ModelBoundary
 ) -> None:
     """Max two model calls. The worker is SIGKILLed in the task's second model call; the
     resumed run on another worker continues from the checkpoint, which holds both steps:
     its model call (the second, again) is the last one allowed."""
-    settings = worker_pool[0].settings
+    settings = fault_pool.settings
     harness = scoped_harness(settings, boundary, "step-limited")
     async with harness:
         session = await harness.create_session(SessionSpec())
@@ -191,13 +167,7 @@ async def test_safeguard_counters_survive_a_worker_killed_mid_task(
         boundary.script(task_id, _tool_call("a", "first step"))
         await wait_for(lambda: len(boundary.calls_for(task_id)) >= 2)
         pid = int(str(boundary.calls_for(task_id)[1]["pid"]))
-        group = os.getpgid(pid)
-        victim = next(worker for worker in worker_pool if worker.pid == group)
-        await asyncio.to_thread(victim.kill)
-        worker_pool.remove(victim)
-        fresh = WorkerProcess(settings, concurrency=2, name="guard")
-        await asyncio.to_thread(fresh.start)
-        worker_pool.append(fresh)
+        await asyncio.to_thread(fault_pool.replace, fault_pool.owner_of(pid))
         boundary.script(task_id, _tool_call("b", "second step"))
         boundary.script(task_id, {"op": "complete", "text": "a third call never happens"})
         outcome = await asyncio.wait_for(task.await_outcome(), 60)

@@ -42,9 +42,10 @@ from wire.settings import Settings
 
 from .support.controlled_model import SCOPE
 from .support.deployments import own_deployment
+from .support.keyspace import task_record, terminal_entries
 from .support.paced_model import key
 from .support.tools import EFFECTS
-from .test_faults import _task_record, _terminal_entries
+from .support.waiting import until
 
 pytestmark = pytest.mark.processes
 
@@ -114,15 +115,6 @@ def _effects_by_task(client: redis.Redis) -> dict[str, int]:
     return counts
 
 
-async def _until(predicate: Any, what: str, *, within: float = 60) -> None:
-    try:
-        async with asyncio.timeout(within):
-            while not predicate():  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
-
-
 @asynccontextmanager
 async def _harness(settings: Settings, scope: str, profile: str) -> AsyncIterator[CeleryHarness]:
     async with CeleryHarness(settings, profile=profile, run_metadata={SCOPE: scope}) as harness:
@@ -189,7 +181,7 @@ async def test_one_worker_process_carries_200_runs_at_once(
 async def _in_flight_on(model: _Model, worker: WorkerProcess, count: int, what: str) -> None:
     assert worker.pid is not None
     pid = worker.pid
-    await _until(lambda: model.in_flight(pid) >= count, what)
+    await until(lambda: model.in_flight(pid) >= count, what, within=60)
 
 
 @pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
@@ -217,7 +209,7 @@ async def test_50_runs_in_flight_survive_their_worker_stopping_or_dying(
             assert model.in_flight(pid) == 50, "the streams outlived the second worker's start"
             if stop == "sigterm":
                 os.killpg(pid, signal.SIGTERM)
-                await _until(lambda: not first.running, "the warm shutdown", within=60)
+                await until(lambda: not first.running, "the warm shutdown", within=60)
                 assert first.returncode == 0, first.log_tail()
             else:
                 first.kill()
@@ -234,8 +226,8 @@ async def test_50_runs_in_flight_survive_their_worker_stopping_or_dying(
         assert effects.get(task_id, 0) - effects_before.get(task_id, 0) == 1
         # The tool call, the stream cut short on the first worker, the stream again.
         assert calls[task_id] == 3
-        assert _terminal_entries(sync_redis, settings, task_id) == 1
-        deliveries = _task_record(sync_redis, settings, task_id)[TaskField.DELIVERIES]
+        assert terminal_entries(sync_redis, settings.namespace, task_id) == 1
+        deliveries = task_record(sync_redis, settings.namespace, task_id)[TaskField.DELIVERIES]
         assert deliveries == ("1" if stop == "sigterm" else "2")
 
 
@@ -287,7 +279,9 @@ async def test_a_blocking_tool_does_not_stall_the_other_runs(
             _harness(settings, model.scope, "paced") as harness,
         ):
             (blocker,) = await _start(blocking_harness, 1, "blocker")
-            await _until(lambda: blocker.id.value in model.calls(), "the blocking tool's call")
+            await until(
+                lambda: blocker.id.value in model.calls(), "the blocking tool's call", within=60
+            )
             started = time.monotonic()
             tasks = await _start(harness, 100, "streaming")
             results = await _results(tasks, 60)
@@ -325,7 +319,8 @@ async def test_a_worker_saturated_by_1000_runs_loses_no_lease(
         assert isinstance(outcome, Completed), outcome
         assert indices == list(range(20))
     deliveries = {
-        _task_record(sync_redis, settings, task.id.value)[TaskField.DELIVERIES] for task in tasks
+        task_record(sync_redis, settings.namespace, task.id.value)[TaskField.DELIVERIES]
+        for task in tasks
     }
     assert deliveries == {"1"}
     assert "lost its session lease" not in log

@@ -9,7 +9,6 @@ before any worker claimed it (never claimed: read from the stream itself).
 
 from __future__ import annotations
 
-import pytest
 import redis
 from agent_harness_protocol import Cancelled, Completed, SessionSpec, TaskRequest, TextInput
 
@@ -69,12 +68,6 @@ async def test_a_task_cancelled_while_running_says_so_in_its_terminal_entry(
         assert view is not None
         assert view.cancel_requested
         assert view.claimed_at is not None
-
-
-@pytest.fixture
-def idle_queue_settings(settings: Settings) -> Settings:
-    """The test deployment with a queue no worker serves: starts stay unclaimed."""
-    return settings.model_copy(update={"queue": settings.queue + ".settled-idle"})
 
 
 async def test_a_task_never_claimed_has_no_claim_time_in_its_terminal_entry(

@@ -111,12 +111,6 @@ async def test_the_session_ends_when_its_caller_is_gone_before_its_task(
     _only_retained_task_keys(sync_redis, settings, sid, task_id)
 
 
-@pytest.fixture
-def idle_queue_settings(settings: Settings) -> Settings:
-    """The test deployment with a queue no worker serves: starts stay unclaimed."""
-    return settings.model_copy(update={"queue": settings.queue + ".single-idle"})
-
-
 async def test_a_task_cancelled_before_any_claim_ends_its_session(
     worker: None, idle_queue_settings: Settings, sync_redis: redis.Redis
 ) -> None:

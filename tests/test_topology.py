@@ -14,11 +14,10 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from uuid import uuid4
 
@@ -30,6 +29,8 @@ from tooling.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 
 from .support.boundary import ModelBoundary
 from .support.controlled_model import MODEL_REDIS_URL_ENV
+from .support.ports import free_port
+from .support.waiting import until_sync
 
 pytestmark = pytest.mark.processes
 
@@ -38,12 +39,6 @@ TENANT = "topology"
 FLOWER_USER, FLOWER_PASSWORD = "operator", "flower-" + uuid4().hex[:12]
 AHP_CELERY = str(Path(sys.executable).with_name("ahp-celery"))
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Service:
@@ -100,7 +95,7 @@ class Topology:
         )
         self.redis.start()
         self.namespace = f"topo-{uuid4().hex[:8]}"
-        self.api_port, self.flower_port = _free_port(), _free_port()
+        self.api_port, self.flower_port = free_port(), free_port()
         env = {key: value for key, value in os.environ.items() if not key.startswith("AHP_")}
         env.update(
             {
@@ -177,13 +172,6 @@ def model(topology: Topology) -> Iterator[ModelBoundary]:
         client.close()
 
 
-def _until(condition: Callable[[], bool], within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
-
-
 def _sse(client: httpx.Client, task_id: str) -> list[tuple[str, dict[str, object]]]:
     events: list[tuple[str, dict[str, object]]] = []
     with client.stream("GET", f"/v1/tasks/{task_id}/events") as reply:
@@ -213,7 +201,7 @@ def test_the_compose_topology_serves_tasks_over_http_across_two_workers(
             api.post(f"/v1/sessions/{sid}/tasks", json={"input": f"topology {n}"}).json()
             for n, sid in enumerate(sessions)
         ]
-        _until(lambda: model.in_flight() == 4)
+        until_sync(lambda: model.in_flight() == 4)
         model.release()
         streamed = _sse(api, started[0]["id"])
         assert streamed[0][0] == "task_started"
@@ -225,7 +213,7 @@ def test_the_compose_topology_serves_tasks_over_http_across_two_workers(
         # A held task is cancelled over HTTP; the model saw the cancellation.
         model.hold()
         held = api.post(f"/v1/sessions/{sessions[0]}/tasks", json={"input": "hold me"}).json()
-        _until(lambda: model.in_flight() == 1)
+        until_sync(lambda: model.in_flight() == 1)
         assert api.post(f"/v1/tasks/{held['id']}/cancel").status_code == 202
         cancelled = api.get(f"/v1/tasks/{held['id']}", params={"wait": 30}).json()
         assert cancelled["outcome"]["type"] == "cancelled"
