@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from uuid import uuid4
 
 import redis
 from starlette.applications import Starlette
@@ -91,9 +92,16 @@ async def test_a_settled_task_is_posted_signed_and_retried_until_accepted(
 async def test_a_webhook_to_a_host_not_allowed_is_refused_before_anything_starts(
     settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
 ) -> None:
-    async with in_process(api_harness(settings, boundary), api_settings(**_webhooks())) as c:
+    # A namespace and a queue of its own: the snapshot shows what these requests wrote,
+    # not what the session's earlier tasks do meanwhile (settle, expire).
+    suffix = uuid4().hex[:8]
+    own = settings.model_copy(
+        update={"namespace": f"{settings.namespace}-hooks-{suffix}", "queue": f"hooks.{suffix}"}
+    )
+    async with in_process(api_harness(own, boundary), api_settings(**_webhooks())) as c:
         session_id = (await c.post("/v1/sessions", json={}, headers=auth())).json()["id"]
-        before = keyspace(sync_redis)
+        before = keyspace(sync_redis, own)
+        assert any(key.startswith(f"{own.namespace}:") for key in before), before
         for url in (
             "http://example.com/hook",
             "http://127.0.0.2/hook",
@@ -108,5 +116,5 @@ async def test_a_webhook_to_a_host_not_allowed_is_refused_before_anything_starts
             )
             assert refused.status_code == 422, (url, refused.text)
             assert problem_of(refused)["issues"][0]["path"] == "body.webhook.url"
-        assert keyspace(sync_redis) == before
+        assert keyspace(sync_redis, own) == before
         assert boundary.calls() == []

@@ -7,6 +7,7 @@ Redis, real workers); only the chat model is controlled. Tokens here are test se
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -26,6 +27,7 @@ from fastapi import FastAPI
 from harness import CeleryHarness
 from harness.api import ApiSettings, create_app
 from harness.runtime import PublisherFactory
+from wire.keys import Keys
 from wire.settings import Settings
 
 from .boundary import ModelBoundary
@@ -233,14 +235,25 @@ async def _answers(url: str) -> bool:
         return False
 
 
-def keyspace(client: redis.Redis) -> dict[str, str]:
+def keyspace(client: redis.Redis, deployment: Settings | None = None) -> dict[str, str]:
     """Every key of the deployment's Redis with a digest of its value: what a refused
     request must leave unchanged. Left out: the controlled model's own keys, the workers'
     maintenance-consumer liveness keys (a worker's heartbeat, not a request's) and
     kombu's in-flight bookkeeping (``unacked*``: emptied when an earlier run is acked);
-    a published run still shows in its task record and the queue lists."""
+    a published run still shows in its task record and the queue lists.
+
+    With ``deployment`` (a namespace and a queue of one test's own), only its keys and
+    its queue's lists: what other tests' tasks do meanwhile (settling, expiring) does not
+    show."""
     snapshot: dict[str, str] = {}
-    for key in client.scan_iter(count=1000):
+    if deployment is None:
+        names = (key for key in client.scan_iter(count=1000))
+    else:
+        queues = Keys.broker_queue_lists(deployment.queue)
+        names = itertools.chain(
+            client.scan_iter(match=f"{deployment.namespace}:*", count=1000), queues
+        )
+    for key in names:
         name = key if isinstance(key, str) else key.decode()
         if name.startswith(("ahp-test:", "unacked")) or ":maintenance:consumer" in name:
             continue
