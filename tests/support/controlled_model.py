@@ -345,7 +345,7 @@ class ControlledChatModel(BaseChatModel):
                 raise
 
     async def _finish_then_honour_cancel(
-        self, redis: Redis, work: asyncio.Future[None], task_id: str, scope: str
+        self, redis: Redis, work: asyncio.Future[Any], task_id: str, scope: str
     ) -> None:
         """Finish the bookkeeping, then take a cancellation that arrived during it the
         way the rest of the call does: a deafened scope disregards it too."""
@@ -465,7 +465,9 @@ class ControlledChatModel(BaseChatModel):
         # Commands are read by position, never popped: a read interrupted by a
         # cancellation cannot lose a command. The position carries over between the
         # model calls of one task (a tool call ends a call, the next goes on from it).
-        cursor = int(await redis.get(cursor_key(key)) or 0)
+        reading = asyncio.ensure_future(redis.get(cursor_key(key)))
+        await self._finish_then_honour_cancel(redis, reading, task_id, scope)
+        cursor = int(reading.result() or 0)
         pending: list[str] = []
         while True:
             await self._honour_swallowed_cancel(redis, task_id, scope)
@@ -485,7 +487,10 @@ class ControlledChatModel(BaseChatModel):
             cursor += 1
             command = json.loads(raw)
             if command["op"] in {"complete", "tool_call"}:
-                await asyncio.shield(redis.set(cursor_key(key), cursor))
+                # Kept whatever cancellation lands meanwhile, then taken like the rest of
+                # the call takes one: a call set to disregard it still ends as scripted.
+                saving = asyncio.ensure_future(redis.set(cursor_key(key), cursor))
+                await self._finish_then_honour_cancel(redis, saving, task_id, scope)
             if command["op"] == "delta":
                 yield ChatGenerationChunk(message=AIMessageChunk(content=command["text"]))
             elif command["op"] == "complete":
