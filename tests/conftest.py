@@ -9,6 +9,7 @@ pool for speed; tests that need separate OS processes start them with
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from uuid import uuid4
@@ -18,6 +19,7 @@ import redis
 from celery.contrib.testing.worker import start_worker
 
 from tooling.embedded_redis import EmbeddedRedis
+from wire.keys import Keys
 from wire.settings import Settings
 
 from .support.boundary import ModelBoundary
@@ -61,8 +63,27 @@ def worker(settings: Settings) -> Iterator[None]:
         # from the first task: a test that releases a session before any task ran gets
         # its checkpoint thread deleted like any other.
         app.ahp_runtime.start()
+        _wait_until_serving(settings)
         yield
     app.ahp_runtime.stop()
+
+
+def _wait_until_serving(settings: Settings, within: float = 30.0) -> None:
+    """Until the worker's maintenance consumer announced itself (keys a starting worker
+    writes by itself, a moment after it started): a snapshot of the namespace taken after
+    this shows only what its test did, whichever test happens to start the worker."""
+    keys = Keys(settings.namespace)
+    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    try:
+        deadline = time.monotonic() + within
+        while not any(
+            client.exists(keys.maintenance_consumer(str(member)))
+            for member in client.smembers(keys.maintenance_consumers())  # type: ignore[union-attr]
+        ):
+            assert time.monotonic() < deadline, "the in-process worker never served"
+            time.sleep(0.01)
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="session")
