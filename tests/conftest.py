@@ -3,7 +3,11 @@
 Redis is started here on a free port (or taken from ``AHP_TEST_REDIS_URL``); if it cannot
 be started the session fails; nothing is skipped. Workers run in-process in a thread
 pool for speed; tests that need separate OS processes start them with
-``tests.support.processes``.
+``tooling.worker_process.WorkerProcess`` (``tests.support.fault_pool``).
+
+The suite runs on several pytest-xdist processes (``addopts`` in pyproject.toml). Each
+is a session of its own: its own embedded Redis, its own in-process workers and worker
+processes, so tests of different processes share nothing but the machine.
 """
 
 from __future__ import annotations
@@ -24,6 +28,42 @@ from wire.settings import Settings
 
 from .support.boundary import ModelBoundary
 from .support.fault_pool import Pool, fault_settings
+from .support.machine import MARKER, machine_share, remove_lock_files, run_id
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """One Redis given by ``AHP_TEST_REDIS_URL`` holds one session's tests: the controlled
+    model's bookkeeping is per Redis, not per process. The tests then run in this process
+    alone (as with ``-n 0``)."""
+    if os.environ.get("AHP_TEST_REDIS_URL") and config.getoption("numprocesses", None):
+        config.option.numprocesses = 0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return
+    # The controller names the run, so it can remove the machine lock's files after it.
+    if config.getoption("testrunuid", None) is None:
+        config.option.testrunuid = uuid4().hex
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run = config.getoption("testrunuid", None)
+    if run is not None and not hasattr(config, "workerinput"):
+        remove_lock_files(run)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
+    """Each test's setup, call and teardown hold the machine lock of the xdist run
+    (``tests.support.machine``): shared, or whole for a test marked ``exclusive``."""
+    run = run_id()
+    if run is None:
+        return (yield)
+    exclusive = item.get_closest_marker(MARKER) is not None
+    with machine_share(run, exclusive=exclusive):
+        return (yield)
 
 
 @pytest.fixture(scope="session")

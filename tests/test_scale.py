@@ -47,7 +47,9 @@ from .support.paced_model import key
 from .support.tools import EFFECTS
 from .support.waiting import until
 
-pytestmark = pytest.mark.processes
+# Each test loads a worker process fully and asserts it keeps its leases and its pace:
+# no other test may load the machine meanwhile (tests/support/machine.py).
+pytestmark = [pytest.mark.processes, pytest.mark.exclusive]
 
 _CHUNK = re.compile(r"(\d+)@\d+ ")
 _STREAMED = {MessageRole.ANSWER, MessageRole.UNKNOWN}
