@@ -22,10 +22,12 @@ from .store_results import PauseResult, RespondResult, _text
 class InteractionRecords:
     """The pause and respond scripts and the interaction reads (see the module docstring)."""
 
-    def __init__(self, redis: Redis, keys: Keys, retention_seconds: int) -> None:
-        self.redis = redis
-        self.keys = keys
-        self.retention_seconds = retention_seconds
+    redis: Redis
+    keys: Keys
+    retention_seconds: int
+    """The record store's (``RecordStore`` sets them)."""
+
+    def __init__(self, redis: Redis) -> None:
         self._pause: AsyncScript = redis.register_script(scripts.PAUSE)
         self._respond: AsyncScript = redis.register_script(scripts.RESPOND)
 

@@ -55,7 +55,7 @@ class RecordStore(SettlingRecords, InteractionRecords):
         self.redis = redis
         self.keys = keys
         self.retention_seconds = max(1, int(retention.total_seconds()))
-        InteractionRecords.__init__(self, redis, self.keys, self.retention_seconds)
+        InteractionRecords.__init__(self, redis)
         SettlingRecords.__init__(self, redis)
         self._start: AsyncScript = redis.register_script(scripts.START_TASK)
         self._rollback: AsyncScript = redis.register_script(scripts.ROLLBACK_START)
