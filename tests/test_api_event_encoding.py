@@ -170,7 +170,8 @@ def test_every_event_kind_has_its_name_and_data() -> None:
         ({"k": SEMANTIC, "t": "no-such-tag", "d": "{}"}, "observation_gap", {"dropped_events": 1}),
     ]
     for fields, name, data in cases:
-        assert encode_entry(TASK.value, fields) == (name, {"task_id": "t-1", **data}, False)
+        event, text, terminal = encode_entry(TASK.value, fields)
+        assert (event, json.loads(text), terminal) == (name, {"task_id": "t-1", **data}, False)
         assert name in EVENT_NAMES
 
 
@@ -179,13 +180,15 @@ def test_terminal_entries_carry_the_outcome_and_end_the_stream() -> None:
     failed = Failed(TASK, FailureKind.PROVIDER, "model error", None, None, USAGE, None)
     for outcome, name in ((completed, "task_completed"), (failed, "task_failed")):
         fields = {"k": SEMANTIC, "t": TERMINAL_TAG, "d": dumps(outcome_to_json(outcome))}
-        event, data, terminal = encode_entry(TASK.value, fields)
+        event, text, terminal = encode_entry(TASK.value, fields)
+        data = json.loads(text)
         assert (event, terminal) == (name, True)
         assert data["outcome"]["type"] == name.removeprefix("task_")
         assert data["outcome"]["usage"]["total_tokens"] == 10
-    _, data, _ = encode_entry(
+    _, text, _ = encode_entry(
         TASK.value, {"k": SEMANTIC, "t": TERMINAL_TAG, "d": dumps(outcome_to_json(failed))}
     )
+    data = json.loads(text)
     assert data["outcome"]["session_usage"] is None  # unknown stays unknown
     assert data["outcome"]["output"] is None
     json.dumps(data)  # plain JSON
@@ -208,3 +211,37 @@ def test_events_are_written_as_sse_starlette_writes_them_whatever_their_text() -
         data = dumps({"task_id": "t", "text": text})
         expected = ServerSentEvent(data=data, event="message_delta", id="1-0").encode()
         assert sse_event("1-0", "message_delta", data) == expected
+
+
+def test_payloads_in_the_events_shape_are_relayed_as_they_were_written() -> None:
+    """The relay splices the task id in front of the worker's bytes: no re-encoding (the
+    key order and spacing a decode-and-encode would normalise stay as written)."""
+    written = '{"work_id":"w","name":"search","status":"running","arguments":"{}",'
+    written += '"result":null,"error":null}'
+    name, text, terminal = encode_entry(TASK.value, {"k": SEMANTIC, "t": "tool", "d": written})
+    assert (name, terminal) == ("tool_call_changed", False)
+    assert text == '{"task_id":"t-1",' + written[1:]
+    _, started, _ = encode_entry(TASK.value, _entry(TaskStarted(TASK)))
+    assert started == '{"task_id":"t-1"}'
+    # An object in another key order is relayed as written too: not normalised.
+    reordered = '{"error":null,"work_id":"w","status":"running","name":"search"}'
+    _, text, _ = encode_entry(TASK.value, {"k": SEMANTIC, "t": "tool", "d": reordered})
+    assert text == '{"task_id":"t-1",' + reordered[1:]  # an object: relayed as written
+    # Decoded, not relayed: the list older workers wrote, and a line break that would
+    # split the SSE field.
+    legacy = {"k": SEMANTIC, "t": "delta", "d": json.dumps(["m", "par", "answer"])}
+    spread = {"k": SEMANTIC, "t": "usage", "d": '{"task":{},\n"session":null}'}
+    for fields, name in ((legacy, "message_delta"), (spread, "usage_changed")):
+        event, text, _ = encode_entry(TASK.value, fields)
+        assert event == name
+        assert "\n" not in text
+        assert json.loads(text)["task_id"] == "t-1"
+    assert json.loads(encode_entry(TASK.value, legacy)[1]) == {
+        "task_id": "t-1",
+        "message_id": "m",
+        "text": "par",
+        "role": "answer",
+    }
+    # A diagnostic tag under the semantic kind is not relayed as a diagnostic.
+    mixed = {"k": SEMANTIC, "t": "diagnostic", "d": '{"provider":"p","name":"n","payload":"b"}'}
+    assert encode_entry(TASK.value, mixed)[0] == "observation_gap"

@@ -42,7 +42,10 @@ def _completed(task_id: str) -> dict[str, object]:
     return {"type": "completed", "task_id": task_id, "output": "done", "usage": ZERO_USAGE}
 
 
-_ENTRIES = (("e", "delta", json.dumps(["m", "done", "answer"])), ("e", "usage", "{}"))
+_ENTRIES = (
+    ("e", "delta", json.dumps({"message_id": "m", "text": "done", "role": "answer"})),
+    ("e", "usage", "{}"),
+)
 
 
 async def _tags(store: RecordStore, task_id: str) -> list[str]:

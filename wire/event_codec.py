@@ -5,6 +5,11 @@ Each entry of a task's Redis Stream carries its kind ``k`` (:data:`SEMANTIC` or
 stream's. Decoding accepts only the known tags, so no stored value can make either side
 instantiate an arbitrary class. The terminal entry carries the outcome as
 ``wire.codec`` encodes it.
+
+Every payload but the terminal's and the interaction request's is a JSON object with the
+fields of the HTTP API's SSE event of the same entry, less ``task_id``
+(:data:`RELAYED_NAMES` names that event): the API relays those payloads as they are,
+without decoding them (``harness.api.events``).
 """
 
 from __future__ import annotations
@@ -54,6 +59,21 @@ RESOLVED_TAG = "resolved"
 pending interaction."""
 
 
+RELAYED_NAMES: dict[str, str] = {
+    "started": "task_started",
+    "delta": "message_delta",
+    "message": "message_completed",
+    "usage": "usage_changed",
+    "tool": "tool_call_changed",
+    "effect": "effect_changed",
+    "warning": "warning",
+    RESOLVED_TAG: "interaction_resolved",
+    "diagnostic": "diagnostic",
+}
+"""The tags whose payload is the data of the API's SSE event (less ``task_id``), and the
+name of that event. The terminal and interaction payloads are records the API reshapes."""
+
+
 def interaction_entry(payload: InteractionPayload) -> tuple[str, str]:
     """The stream entry ``(tag, json)`` of an interrupt's ``InteractionRequested``."""
     return INTERACTION_TAG, dumps(payload.to_json())
@@ -63,10 +83,10 @@ def event_to_entry(event: TaskEvent) -> tuple[str, str]:
     """Encode a non-terminal semantic event as ``(tag, json)``; the task id is the stream."""
     if isinstance(event, TaskStarted):
         return "started", "{}"
-    if isinstance(event, MessageDelta):
-        return "delta", dumps([event.message_id.value, event.text, event.role.value])
-    if isinstance(event, MessageCompleted):
-        return "message", dumps([event.message_id.value, event.text, event.role.value])
+    if isinstance(event, MessageDelta | MessageCompleted):
+        return ("delta" if isinstance(event, MessageDelta) else "message"), dumps(
+            {"message_id": event.message_id.value, "text": event.text, "role": event.role.value}
+        )
     if isinstance(event, UsageChanged):
         return "usage", dumps(
             {
@@ -114,10 +134,10 @@ def event_from_entry(
         if tag == "started":
             return TaskStarted(task_id)
         data = loads(payload)
-        if tag == "delta":
-            return MessageDelta(task_id, MessageId(data[0]), data[1], MessageRole(data[2]))
-        if tag == "message":
-            return MessageCompleted(task_id, MessageId(data[0]), data[1], MessageRole(data[2]))
+        if tag == "delta" or tag == "message":
+            message_id, text, role = _message_fields(data)
+            kind = MessageDelta if tag == "delta" else MessageCompleted
+            return kind(task_id, MessageId(message_id), text, MessageRole(role))
         if tag == "usage":
             session = data.get("session")
             return UsageChanged(
@@ -161,13 +181,32 @@ def event_from_entry(
     raise DecodeError(f"unknown event tag {tag!r}")
 
 
+def _message_fields(data: Any) -> tuple[Any, Any, Any]:
+    """A message entry's id, text and role: an object, or the ``[id, text, role]`` list
+    that workers before the relay wrote (still read while their streams are retained)."""
+    if isinstance(data, list):
+        message_id, text, role = data
+        return message_id, text, role
+    return data["message_id"], data["text"], data["role"]
+
+
 def diagnostic_to_entry(diagnostic: ProviderDiagnostic) -> tuple[str, str]:
-    return "diagnostic", dumps([diagnostic.provider.value, diagnostic.name, diagnostic.payload])
+    return "diagnostic", dumps(
+        {
+            "provider": diagnostic.provider.value,
+            "name": diagnostic.name,
+            "payload": diagnostic.payload,
+        }
+    )
 
 
 def diagnostic_from_entry(task_id: TaskId, payload: str) -> ProviderDiagnostic:
     try:
-        provider, name, body = loads(payload)
+        data = loads(payload)
+        if isinstance(data, list):  # written before the relay (see _message_fields)
+            provider, name, body = data
+        else:
+            provider, name, body = data["provider"], data["name"], data["payload"]
         return ProviderDiagnostic(task_id, ProviderId(provider), str(name), str(body))
-    except (ValueError, TypeError) as error:
+    except (KeyError, ValueError, TypeError) as error:
         raise DecodeError(f"malformed diagnostic: {error}") from error

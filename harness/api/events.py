@@ -47,7 +47,13 @@ from harness.stream_reader import StreamEntry, StreamReader, comes_after
 from harness.task import StreamRead
 from wire.codec import dumps
 from wire.errors import DecodeError
-from wire.event_codec import DIAGNOSTIC, diagnostic_from_entry, event_from_entry
+from wire.event_codec import (
+    DIAGNOSTIC,
+    RELAYED_NAMES,
+    SEMANTIC,
+    diagnostic_from_entry,
+    event_from_entry,
+)
 from wire.interactions import resolution_to_json
 from wire.keys import Keys
 
@@ -166,9 +172,33 @@ def encode_event(task_id: str, event: TaskEvent) -> tuple[str, dict[str, Any]]:
     raise TypeError(f"event {type(event).__name__} has no SSE encoding")
 
 
-def encode_entry(task_id: str, fields: dict[str, str]) -> tuple[str, dict[str, Any], bool]:
-    """The SSE name, data and whether it is terminal, for one stream entry."""
+def encode_entry(task_id: str, fields: dict[str, str]) -> tuple[str, str, bool]:
+    """The SSE name, JSON data and whether it is terminal, for one stream entry.
+
+    A payload the workers wrote in the SSE event's own shape (``RELAYED_NAMES``) is
+    relayed as it is, the task id spliced in front: no decoding, no encoding again. The
+    rest (the terminal outcome, an interaction request, an entry written by an older
+    worker, anything unreadable) is decoded and encoded as its event."""
     kind, tag, payload = fields.get("k", ""), fields.get("t", ""), fields.get("d", "")
+    name = RELAYED_NAMES.get(tag)
+    if (
+        name is not None
+        and (kind == DIAGNOSTIC) == (tag == "diagnostic")
+        and kind in (SEMANTIC, DIAGNOSTIC)
+        and payload.startswith("{")
+        and payload.endswith("}")
+        and "\n" not in payload
+        and "\r" not in payload
+    ):
+        head = '{"task_id":' + dumps(task_id)
+        return name, head + ("}" if payload == "{}" else "," + payload[1:]), False
+    decoded, data, terminal = _decode_entry(task_id, kind, tag, payload)
+    return decoded, dumps(data), terminal
+
+
+def _decode_entry(
+    task_id: str, kind: str, tag: str, payload: str
+) -> tuple[str, dict[str, Any], bool]:
     try:
         if kind == DIAGNOSTIC:
             diagnostic = diagnostic_from_entry(TaskId(task_id), payload)
@@ -207,7 +237,7 @@ def _encode_read(
     for entry_id, fields in entries:
         last = entry_id
         name, data, terminal = encode_entry(task_id, fields)
-        chunk.append(sse_event(entry_id, name, dumps(data)))
+        chunk.append(sse_event(entry_id, name, data))
         if terminal:
             return FinalChunk(b"".join(chunk)), last, True
     return b"".join(chunk), last, False

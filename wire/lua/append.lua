@@ -17,8 +17,9 @@ for i = 3, #ARGV, 3 do
   redis.call('XADD', KEYS[3], '*', 'k', ARGV[i], 't', ARGV[i + 1], 'd', ARGV[i + 2])
   if ARGV[i] == 'e' and ARGV[i + 1] == 'delta' then
     local ok, delta = pcall(cjson.decode, ARGV[i + 2])
-    if ok and type(delta) == 'table' and delta[3] == 'answer' and type(delta[2]) == 'string' then
-      table.insert(texts, delta[2])
+    if ok and type(delta) == 'table' and delta.role == 'answer'
+        and type(delta.text) == 'string' then
+      table.insert(texts, delta.text)
     end
   end
 end
