@@ -14,22 +14,21 @@ and the images would find wrong, without running them:
 - the api, worker and flower services each reach that Redis with its password; the
   worker scales (no container name, no host port); Flower has authentication and the
   published ports bind to the loopback interface;
-- every command and healthcheck names something the image has: ``ahp-celery``
-  subcommands and their options (parsed by the typer app, not run), ``celery -A
-  module`` subcommands (the module imports), ``python -c`` code that compiles, probes of
-  paths the service serves on the port its command listens on.
+- every command and healthcheck names something the image has
+  (``tests.support.compose_commands``).
+
+How the file reads (interpolation, a service's environment and command line):
+``tests.support.compose_syntax``.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import os
 import re
-import shlex
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from importlib import resources
 from itertools import pairwise
@@ -40,15 +39,15 @@ from urllib.parse import unquote, urlsplit
 import yaml
 from jsonschema import Draft202012Validator
 
+from .compose_commands import command_problems
+from .compose_syntax import REFERENCE, Problems, argv_of, env_of, flag_of, interpolate, walk
+
 _SERVICES = ("redis", "api", "worker", "flower")
 _AHP_SERVICES = ("api", "worker", "flower")
 _SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|AUTH|PASSWD|CREDENTIAL|API_KEY", re.I)
-_REFERENCE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}")
 _REQUIRED = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*:?\?[^}]*\}$")
 """A whole value that is one required reference: ``${VAR:?message}`` or ``${VAR?message}``."""
 _REQUIRED_OR_PLAIN = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*(:?\?[^}]*)?\}$")
-
-Problems = list[str]
 
 
 def compose_schema() -> dict[str, Any]:
@@ -56,35 +55,6 @@ def compose_schema() -> dict[str, Any]:
     package = resources.files("check_jsonschema.builtin_schemas.vendor")
     schema: dict[str, Any] = json.loads((package / "compose-spec.json").read_text("utf-8"))
     return schema
-
-
-def interpolate(node: object, env: Mapping[str, str], refused: list[str]) -> Any:
-    """Compose's variable substitution in every string value of a parsed file
-    (``${VAR}``, ``:-``, ``-``, ``:?``, ``?``, ``:+``, ``+``, ``$$``); the variables it would
-    refuse to start without are added to ``refused``."""
-    if isinstance(node, Mapping):
-        return {key: interpolate(value, env, refused) for key, value in node.items()}
-    if isinstance(node, list):
-        return [interpolate(value, env, refused) for value in node]
-    if not isinstance(node, str):
-        return node
-
-    def value(match: re.Match[str]) -> str:
-        name, op, arg = match["name"], match["op"], match["arg"] or ""
-        current = env.get(name)
-        empty = current is None or (current == "" and op is not None and op.startswith(":"))
-        if op in {":-", "-"}:
-            return arg if empty else str(current)
-        if op in {":?", "?"}:
-            if empty:
-                refused.append(name)
-                return ""
-            return str(current)
-        if op in {":+", "+"}:
-            return "" if empty else arg
-        return current or ""
-
-    return "$".join(_REFERENCE.sub(value, part) for part in node.split("$$"))
 
 
 def _schema_problems(document: object, label: str) -> Problems:
@@ -95,32 +65,6 @@ def _schema_problems(document: object, label: str) -> Problems:
     ]
 
 
-def _env(service: Mapping[str, Any]) -> dict[str, str]:
-    raw = service.get("environment") or {}
-    if isinstance(raw, list):
-        pairs = (item.split("=", 1) if "=" in item else (item, "") for item in raw)
-        return {key: value for key, value in pairs}
-    return {str(key): "" if value is None else str(value) for key, value in raw.items()}
-
-
-def _argv(command: object) -> list[str]:
-    if isinstance(command, str):
-        return shlex.split(command)
-    if isinstance(command, list):
-        return [str(item) for item in command]
-    return []
-
-
-def _walk(node: object, path: str = "") -> Iterator[tuple[str, object]]:
-    yield path, node
-    if isinstance(node, Mapping):
-        for key, value in node.items():
-            yield from _walk(value, f"{path}/{key}")
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from _walk(value, f"{path}/{index}")
-
-
 _SECRET_FLAGS = frozenset({"requirepass", "masterauth", "basic-auth", "basic_auth"})
 
 
@@ -129,14 +73,14 @@ def _secret_problems(document: Mapping[str, Any]) -> Problems:
     problems: Problems = []
     services: Mapping[str, Any] = document.get("services") or {}
     for name, service in services.items():
-        for key, value in _env(service).items():
+        for key, value in env_of(service).items():
             secret = _SECRET_NAME.search(key) and not key.endswith("_FILE")
             if secret and not _REQUIRED.match(value):
                 problems.append(
                     f"{name}: environment {key} must be a required reference "
                     f"${{VAR:?message}}, not {'a literal' if value else 'empty'}"
                 )
-        argv = _argv(service.get("command"))
+        argv = argv_of(service.get("command"))
         for flag, value in pairwise(argv):
             if flag.lstrip("-").lower() in _SECRET_FLAGS and not _REQUIRED.match(value):
                 problems.append(f"{name}: {flag} takes a literal; use ${{VAR:?message}}")
@@ -144,7 +88,7 @@ def _secret_problems(document: Mapping[str, Any]) -> Problems:
             key, _, value = arg.partition("=")
             if value and _SECRET_NAME.search(key) and not _REQUIRED.match(value):
                 problems.append(f"{name}: {key} on the command line")
-    for path, node in _walk(document):
+    for path, node in walk(document):
         if isinstance(node, str) and "://" in node:
             problems += _url_problems(path, node)
     return problems
@@ -161,38 +105,29 @@ def _url_problems(path: str, url: str) -> Problems:
     return []
 
 
-def _flag(argv: list[str], name: str) -> str | None:
-    for index, arg in enumerate(argv):
-        if arg == name and index + 1 < len(argv):
-            return argv[index + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
 def _redis_problems(redis: Mapping[str, Any]) -> Problems:
     problems: Problems = []
     image = str(redis.get("image", ""))
     if not re.match(r"^(docker\.io/)?(library/)?redis:8(\b|[.-])", image):
         problems.append(f"redis: image {image!r} is not Redis 8 (the checkpoints need it)")
-    argv = _argv(redis.get("command"))
+    argv = argv_of(redis.get("command"))
     if not argv or argv[0] != "redis-server":
         problems.append("redis: the command must be redis-server (the image loads modules)")
-    if (_flag(argv, "--appendonly") or "").lower() != "yes":
+    if (flag_of(argv, "--appendonly") or "").lower() != "yes":
         problems.append("redis: --appendonly yes is missing")
-    if _flag(argv, "--maxmemory-policy") != "noeviction":
+    if flag_of(argv, "--maxmemory-policy") != "noeviction":
         problems.append("redis: --maxmemory-policy noeviction is missing")
-    password = _flag(argv, "--requirepass")
+    password = flag_of(argv, "--requirepass")
     if password is None:
         problems.append("redis: no password (--requirepass)")
     check = redis.get("healthcheck") or {}
-    test = " ".join(_argv(check.get("test")))
+    test = " ".join(argv_of(check.get("test")))
     if check.get("disable") or "redis-cli" not in test or "ping" not in test:
         problems.append("redis: no healthcheck pinging it with redis-cli")
     elif password is not None:
         if " -a " in f" {test} " or "--pass" in test:
             problems.append("redis: the healthcheck puts the password on a command line")
-        if _env(redis).get("REDISCLI_AUTH") != password:
+        if env_of(redis).get("REDISCLI_AUTH") != password:
             problems.append("redis: the healthcheck has no password (REDISCLI_AUTH)")
     return problems
 
@@ -200,10 +135,10 @@ def _redis_problems(redis: Mapping[str, Any]) -> Problems:
 def _service_problems(services: Mapping[str, Any]) -> Problems:
     """Checks of the interpolated services (values as the containers get them)."""
     problems: Problems = []
-    password = _flag(_argv((services.get("redis") or {}).get("command")), "--requirepass")
+    password = flag_of(argv_of((services.get("redis") or {}).get("command")), "--requirepass")
     for name in _AHP_SERVICES:
         service = services.get(name) or {}
-        url = _env(service).get("AHP_REDIS_URL") or _env(service).get("REDIS_URL") or ""
+        url = env_of(service).get("AHP_REDIS_URL") or env_of(service).get("REDIS_URL") or ""
         parts = urlsplit(url)
         if parts.scheme not in {"redis", "rediss"} or parts.hostname != "redis":
             problems.append(f"{name}: REDIS_URL does not point at the redis service")
@@ -217,12 +152,12 @@ def _service_problems(services: Mapping[str, Any]) -> Problems:
     if any(":" in str(port) for port in worker.get("ports") or []):
         problems.append("worker: a host port prevents --scale worker=N")
     flower = services.get("flower") or {}
-    flower_env = _env(flower)
+    flower_env = env_of(flower)
     if "FLOWER_BASIC_AUTH" not in flower_env and "FLOWER_AUTH" not in flower_env:
         problems.append("flower: no authentication (FLOWER_BASIC_AUTH)")
     if flower_env.get("FLOWER_UNAUTHENTICATED_API", "").lower() in {"1", "true", "yes"}:
         problems.append("flower: FLOWER_UNAUTHENTICATED_API opens its API")
-    if "--unauthenticated" in _argv(flower.get("command")):
+    if "--unauthenticated" in argv_of(flower.get("command")):
         problems.append("flower: started --unauthenticated")
     return problems
 
@@ -247,7 +182,7 @@ def _secret_mount_problems(document: Mapping[str, Any], image_uid: str | None) -
                     f"{name}: secret {source!r} is not owned by the image's user "
                     f"(uid {image_uid}); Compose may mount it for root only"
                 )
-        for key, value in _env(service).items():
+        for key, value in env_of(service).items():
             secret_file = key.endswith("_FILE") and value.startswith("/run/secrets/")
             if secret_file and value not in mounted:
                 problems.append(f"{name}: {key} names {value}, which is not mounted")
@@ -284,7 +219,7 @@ def _settings_problems(
     secrets: Mapping[str, Any] = document.get("secrets") or {}
     services: Mapping[str, Any] = document.get("services") or {}
     for name, classes in _SETTINGS.items():
-        values = _env(services.get(name) or {})
+        values = env_of(services.get(name) or {})
         for key, value in list(values.items()):
             secret = value.removeprefix("/run/secrets/")
             if key.endswith("_FILE") and secret != value:
@@ -313,159 +248,6 @@ def _loopback_ports(name: str, service: Mapping[str, Any]) -> Problems:
         text = str(port) if not isinstance(port, Mapping) else str(port.get("host_ip", ""))
         if not text.startswith("127.0.0.1:"):
             problems.append(f"{name}: port {text!r} is published beyond the loopback interface")
-    return problems
-
-
-# -- commands ------------------------------------------------------------------------------
-
-
-def _ahp_celery(args: list[str]) -> str | None:
-    from typer.main import get_command
-
-    from tooling.cli import app
-
-    group: Any = get_command(app)
-    if not args:
-        return "ahp-celery without a subcommand"
-    command = group.commands.get(args[0])
-    if command is None:
-        return f"ahp-celery has no subcommand {args[0]!r} (has {sorted(group.commands)})"
-    try:
-        command.make_context(args[0], list(args[1:]))
-    except Exception as error:
-        return f"ahp-celery {args[0]}: {error}"
-    if args[0] == "api":
-        try:
-            services = importlib.import_module("tooling.services")
-            module = str(services.API_FACTORY).split(":", 1)[0]
-        except (ImportError, AttributeError) as error:
-            return f"ahp-celery api: {error}"
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:  # a parent package is missing
-            found = False
-        if not found:
-            return f"ahp-celery api: its application module {module} is not in the package"
-    return None
-
-
-def _celery(args: list[str]) -> str | None:
-    from celery.bin.celery import celery
-
-    names = set(celery.list_commands(celery.make_context("celery", [])))
-    split = next((index for index, arg in enumerate(args) if arg in names), None)
-    if split is None:
-        return f"celery: no subcommand in {args}"
-    try:
-        context = celery.make_context("celery", list(args[:split]))
-        module = context.params.get("app")
-        if not module:
-            return "celery: no -A app"
-        importlib.import_module(str(module).split(":", 1)[0])
-        command = celery.get_command(context, args[split])
-        command.make_context(args[split], list(args[split + 1 :]), parent=context)
-    except Exception as error:
-        return f"celery {' '.join(args[: split + 1])}: {type(error).__name__}: {error}"
-    return None
-
-
-def _python(args: list[str]) -> str | None:
-    if len(args) != 2 or args[0] != "-c":
-        return f"python {' '.join(args)}: expected python -c CODE"
-    try:
-        compile(args[1], "<healthcheck>", "exec")
-    except SyntaxError as error:
-        return f"python -c: {error}"
-    return None
-
-
-def _redis_cli(args: list[str]) -> str | None:
-    return None if args[:1] == ["ping"] else f"redis-cli {' '.join(args)}: expected ping"
-
-
-_COMMANDS: dict[str, Callable[[list[str]], str | None]] = {
-    "ahp-celery": _ahp_celery,
-    "celery": _celery,
-    "python": _python,
-    "redis-server": lambda args: None,
-    "redis-cli": _redis_cli,
-    "grep": lambda args: None,
-}
-
-
-def _command_problem(argv: list[str]) -> str | None:
-    if not argv:
-        return "an empty command"
-    check = _COMMANDS.get(argv[0])
-    if check is None:
-        return f"{argv[0]!r} is not a program of these images"
-    return check(argv[1:])
-
-
-def _pipelines(test: object) -> list[list[str]]:
-    argv = _argv(test)
-    if not argv:
-        return []
-    if argv[0] == "CMD":
-        return [argv[1:]]
-    if argv[0] == "CMD-SHELL":
-        shell = " ".join(argv[1:])
-        segments = re.split(r"\|\||&&|\||;", shell)
-        return [shlex.split(segment) for segment in segments if segment.strip()]
-    if argv[0] == "NONE":
-        return []
-    return [argv]
-
-
-def _listen_port(argv: list[str]) -> str | None:
-    return _flag(argv, "--port")
-
-
-def _probe_problems(name: str, service: Mapping[str, Any], argv: list[str]) -> Problems:
-    """A probe of http://127.0.0.1:PORT/PATH must use the port the command listens on and
-    a path the service serves."""
-    problems: Problems = []
-    test = " ".join(_argv((service.get("healthcheck") or {}).get("test")))
-    for port, path in re.findall(r"https?://(?:127\.0\.0\.1|localhost):(\d+)(/[\w/.-]*)", test):
-        if port != _listen_port(argv):
-            problems.append(f"{name}: the healthcheck probes port {port}, not the command's")
-        try:
-            served = _served_paths(name)
-        except Exception as error:
-            problems.append(f"{name}: its paths cannot be listed: {type(error).__name__}")
-            continue
-        if served is not None and path not in served:
-            problems.append(f"{name}: the healthcheck probes {path}, which it does not serve")
-    return problems
-
-
-def _served_paths(name: str) -> set[str] | None:
-    if name == "flower":
-        from flower.urls import handlers
-
-        patterns = (h[0] if isinstance(h, tuple) else h.regex.pattern for h in handlers)
-        return {str(pattern).removesuffix("$") for pattern in patterns}
-    if name == "api":
-        services = importlib.import_module("tooling.services")
-        module, factory = str(services.API_FACTORY).split(":", 1)
-        app = getattr(importlib.import_module(module), factory)()
-        return {str(getattr(route, "path", "")) for route in app.routes}
-    return None
-
-
-def _command_problems(services: Mapping[str, Any]) -> Problems:
-    problems: Problems = []
-    for name, service in services.items():
-        argv = _argv(service.get("command"))
-        if argv:
-            problem = _command_problem(argv)
-            if problem is not None:
-                problems.append(f"{name}: command: {problem}")
-        for pipeline in _pipelines((service.get("healthcheck") or {}).get("test")):
-            problem = _command_problem(pipeline)
-            if problem is not None:
-                problems.append(f"{name}: healthcheck: {problem}")
-        problems += _probe_problems(name, service, argv)
     return problems
 
 
@@ -508,7 +290,7 @@ def compose_problems(text: str, env: Mapping[str, str], *, uid: str | None = Non
     problems += _secret_mount_problems(document, uid)
     with tempfile.TemporaryDirectory(prefix="ahp-compose-") as scratch:
         problems += _settings_problems(document, env, Path(scratch))
-    problems += _command_problems(resolved)
+    problems += command_problems(resolved)
     return problems
 
 
@@ -518,16 +300,16 @@ def _secret_variables(document: Mapping[str, Any]) -> set[str]:
     found: set[str] = set()
     services: Mapping[str, Any] = document.get("services") or {}
     for service in services.values():
-        for key, value in _env(service).items():
+        for key, value in env_of(service).items():
             if _SECRET_NAME.search(key):
-                found.update(match["name"] for match in _REFERENCE.finditer(value))
-        password = _flag(_argv(service.get("command")), "--requirepass")
+                found.update(match["name"] for match in REFERENCE.finditer(value))
+        password = flag_of(argv_of(service.get("command")), "--requirepass")
         if password:
-            found.update(match["name"] for match in _REFERENCE.finditer(password))
-    for _, node in _walk(document):
+            found.update(match["name"] for match in REFERENCE.finditer(password))
+    for _, node in walk(document):
         if isinstance(node, str) and "://" in node and "@" in node:
             userinfo = node.split("://", 1)[1].split("@", 1)[0]
-            found.update(match["name"] for match in _REFERENCE.finditer(userinfo))
+            found.update(match["name"] for match in REFERENCE.finditer(userinfo))
     return found
 
 
