@@ -11,7 +11,7 @@ trip of its own.
   read blocks wakes it with ``CLIENT UNBLOCK <id>``, sent on a pooled connection, at most
   one per blocked read: a new key's first read never waits for the block timeout. The
   reader's id is asked with ``CLIENT ID`` in front of the first read after every
-  (re)connect (no round trip of its own).
+  (re)connect (no round trip of its own; ``harness.stream_connection``).
 * A subscription receives every entry after the id it started from, once, in stream
   order. Subscriptions of one key share its read, from the earliest of their positions.
 * A :class:`Mark` (a script call a subscription owes, such as the confirmation of a
@@ -27,8 +27,8 @@ trip of its own.
   fails only the culprits' subscriptions. A follower whose callback raises (an entry it
   cannot decode) is failed alone too.
 
-The packed command is cached: a read costs joining the encoded keys and ids (only a
-stream that moved has its id encoded again), not encoding every argument again.
+The packed command is cached (``harness.followed_keys``): a read costs joining the encoded
+keys and ids, not encoding every argument again.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncGenerator, Callable, Coroutine
+from collections.abc import AsyncGenerator, Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -47,47 +47,15 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from wire.backoff import CONNECTION_ERRORS, Outage
 from wire.redis_options import pool_options
 
-from .stream_subscriptions import (
-    FollowedStream,
-    Follower,
-    Inbox,
-    Mark,
-    StreamEntry,
-    Subscription,
-    comes_after,
-)
+from .followed_keys import BLOCK, FollowedKeys
+from .stream_connection import ReaderConnection, Spawn
+from .stream_subscriptions import Follower, Inbox, Mark, StreamEntry, Subscription, comes_after
 
 log = logging.getLogger(__name__)
 
-COUNT = 1024
-"""Entries per stream and read, at most."""
-BLOCK = timedelta(seconds=2)
-"""How long a read waits for entries; below redis-py's socket timeout (5 s)."""
 _FIRST_DELAY = timedelta(milliseconds=50)
 _MAX_DELAY = timedelta(seconds=2)
-_UNBLOCK_PAUSE_CAP = 0.05
-"""Seconds between attempts to unblock a read that has not reached Redis yet, at most."""
 _ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
-
-Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
-"""Runs background work (the runtime's ``spawn``: tracked, cancelled when it closes)."""
-
-
-def _bulk(text: str) -> bytes:
-    data = text.encode()
-    return b"$%d\r\n%b\r\n" % (len(data), data)
-
-
-def _command(*parts: str) -> bytes:
-    return b"*%d\r\n%b" % (len(parts), b"".join(_bulk(part) for part in parts))
-
-
-_READ_HEAD = b"".join(
-    _bulk(part)
-    for part in ("XREAD", "COUNT", str(COUNT), "BLOCK", str(int(BLOCK.total_seconds() * 1000)))
-) + _bulk("STREAMS")
-_READ_ARGUMENTS = 6
-_CLIENT_ID = _command("CLIENT", "ID")
 
 
 def _fields(raw: Any) -> dict[str, str]:
@@ -109,26 +77,16 @@ class StreamReader:
     ) -> None:
         self.connection = connection
         """The reader's own connection (``decode_responses``)."""
-        self._unblocker = unblocker
         self._spawn: Spawn = spawn if spawn is not None else self._spawn_own
+        self._link = ReaderConnection(connection, unblocker, self._spawn)
+        """Its round trips on ``connection``, and the waking of a blocked read."""
         self._own: set[asyncio.Task[Any]] = set()
-        self._streams: dict[str, FollowedStream] = {}
-        self._order: list[str] = []
-        self._key_bulks: list[bytes] = []
-        self._id_bulks: list[bytes] = []
+        self._followed = FollowedKeys()
         self._owed: dict[Subscription, None] = {}
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
-        self._client_id: int | None = None
-        self._generation = 0
-        """The number of reads sent so far."""
-        self._reading = 0
-        """The read in flight (its generation; 0: none)."""
-        self._unblocked = 0
-        """The read an unblock was sent for."""
         self._down_since: float | None = None
         self._closed = False
-        connection.register_connect_callback(self._forget_id)  # type: ignore[no-untyped-call]
 
     @classmethod
     def open(cls, url: str, unblocker: Redis, spawn: Spawn, **options: Any) -> StreamReader:
@@ -149,7 +107,7 @@ class StreamReader:
     @property
     def followed(self) -> int:
         """How many keys the reader follows."""
-        return len(self._streams)
+        return len(self._followed)
 
     def subscribe(
         self, key: str, after: str, follower: Follower, mark: Mark | None = None
@@ -167,13 +125,13 @@ class StreamReader:
             raise ValueError(f"not a stream entry id: {after!r}")
         joined = asyncio.get_running_loop().time()
         subscription = Subscription(self, key, follower, after, joined, mark)
-        stream = self._streams.get(key)
+        stream = self._followed.get(key)
         needs_read = stream is None or mark is not None
         if stream is None:
-            stream = self._add(key, after)
+            stream = self._followed.add(key, after, self._link.generation)
         elif comes_after(stream.cursor, after):
-            self._move(stream, after)
-            stream.changed = self._generation
+            self._followed.move(stream, after)
+            stream.changed = self._link.generation
             needs_read = True
         stream.subscriptions.append(subscription)
         if mark is not None:
@@ -228,7 +186,7 @@ class StreamReader:
     async def _run(self) -> None:
         outage = Outage("task stream reader", first=_FIRST_DELAY, cap=_MAX_DELAY, logger=log)
         while True:
-            if not self._streams:
+            if not self._followed:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -238,12 +196,12 @@ class StreamReader:
                 raise
             except Exception as error:  # a defect: its subscriptions end, the loop goes on
                 log.exception("the task stream reader failed; its subscriptions end")
-                for subscription in self._subscriptions():
+                for subscription in self._followed.subscriptions():
                     self._fail(subscription, error)
 
     async def _read_once(self, outage: Outage) -> None:
         owed = tuple(subscription for subscription in self._owed if subscription.mark)
-        generation = self._generation + 1
+        generation = self._link.generation + 1
         try:
             reply, outcomes = await self._exchange(owed)
         except CONNECTION_ERRORS as error:
@@ -260,48 +218,26 @@ class StreamReader:
     async def _exchange(
         self, owed: tuple[Subscription, ...]
     ) -> tuple[Any, list[ResponseError | None]]:
-        """One round trip: ``CLIENT ID`` after a (re)connect, the owed marks, then the read.
-        Returns the read's reply and each mark's error (``None``: it landed)."""
-        connection = self.connection
-        identify = self._client_id is None or not connection.is_connected
-        commands = [_CLIENT_ID] if identify else []
+        """One round trip: the owed marks, then the read of every followed key. Returns the
+        read's reply and each mark's error (``None``: it landed)."""
+        marks: list[Mark] = []
         for subscription in owed:
             mark = subscription.mark
             assert mark is not None
-            commands.append(_command("EVALSHA", mark.sha, str(len(mark.keys)), *mark.keys))
-        commands.append(self._read_command())
-        self._generation += 1
-        self._reading = self._generation
-        try:
-            await connection.send_packed_command(commands, check_health=False)
-            if identify:
-                self._client_id = int(await connection.read_response())
-            outcomes: list[ResponseError | None] = []
-            for _ in owed:
-                try:
-                    await connection.read_response()
-                    outcomes.append(None)
-                except ResponseError as error:
-                    outcomes.append(error)
-            return await connection.read_response(), outcomes
-        finally:
-            self._reading = 0
-
-    def _read_command(self) -> bytes:
-        arguments = _READ_ARGUMENTS + 2 * len(self._order)
-        return b"".join((b"*%d\r\n" % arguments, _READ_HEAD, *self._key_bulks, *self._id_bulks))
+            marks.append(mark)
+        return await self._link.exchange(marks, self._followed.read_command())
 
     def _dispatch(self, reply: Any, generation: int) -> None:
         if not reply:
             return  # timed out, or unblocked
         streams = reply.items() if isinstance(reply, dict) else reply
         for key, raw in streams:
-            stream = self._streams.get(key)
+            stream = self._followed.get(key)
             if stream is None or not raw or stream.changed >= generation:
                 continue
             entries = [(entry_id, _fields(fields)) for entry_id, fields in raw]
             previous = stream.cursor
-            self._move(stream, entries[-1][0])
+            self._followed.move(stream, entries[-1][0])
             for subscription in tuple(stream.subscriptions):
                 self._deliver(subscription, entries, previous)
 
@@ -353,7 +289,7 @@ class StreamReader:
         if self._down_since is None:
             self._down_since = now
         pause: float | None = None
-        for subscription in self._subscriptions():
+        for subscription in self._followed.subscriptions():
             if subscription.closed:  # ended by another follower's callback meanwhile
                 continue
             elapsed = now - max(self._down_since, subscription.joined)
@@ -379,9 +315,9 @@ class StreamReader:
     async def _isolate(self, error: ResponseError, outage: Outage) -> None:
         """The read failed as a whole: fail the subscriptions of each key that is not a
         stream; an error no key explains is waited out like an outage."""
-        keys = tuple(self._order)
+        keys = self._followed.keys()
         try:
-            kinds = await self._types(keys)
+            kinds = await self._link.types(keys)
         except CONNECTION_ERRORS as failure:
             await self._wait_out(outage, failure)
             return
@@ -390,22 +326,9 @@ class StreamReader:
             await self._wait_out(outage, error)
             return
         for key in culprits:
-            stream = self._streams.get(key)
+            stream = self._followed.get(key)
             for subscription in tuple(stream.subscriptions if stream is not None else ()):
                 self._fail(subscription, error)
-
-    async def _types(self, keys: tuple[str, ...]) -> list[str]:
-        connection = self.connection
-        await connection.send_packed_command(
-            [_command("TYPE", key) for key in keys], check_health=False
-        )
-        kinds: list[str] = []
-        for _ in keys:
-            try:
-                kinds.append(str(await connection.read_response()))
-            except ResponseError:
-                kinds.append("")
-        return kinds
 
     def _fail(self, subscription: Subscription, error: BaseException) -> None:
         if subscription.closed:
@@ -417,72 +340,22 @@ class StreamReader:
             log.exception("a stream follower failed on its failure")
 
     # -- bookkeeping --------------------------------------------------------------------
-    def _forget_id(self, connection: AbstractConnection) -> None:
-        """On every (re)connect: the next read asks for the id ``CLIENT UNBLOCK`` names."""
-        self._client_id = None
-
     def _changed(self) -> None:
         """A read is needed: start one, or wake the blocked one (once per read)."""
         self._wake.set()
-        reading = self._reading
-        if reading and self._unblocked != reading:
-            self._unblocked = reading
-            self._spawn(self._unblock(reading))
-
-    async def _unblock(self, generation: int) -> None:
-        """Wake read ``generation``; it then reads again, with every key. A read that has
-        not reached Redis yet is not blocked: try again until it is, or has returned."""
-        pause = 0.001
-        try:
-            while self._reading == generation:
-                client_id = self._client_id
-                if client_id is not None and await self._unblocker.client_unblock(client_id):
-                    return
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, _UNBLOCK_PAUSE_CAP)
-        except RedisError as error:
-            # The read returns by its block timeout anyway.
-            log.info("could not unblock the task stream reader: %s", error)
-
-    def _subscriptions(self) -> list[Subscription]:
-        return [s for stream in self._streams.values() for s in stream.subscriptions]
-
-    def _add(self, key: str, cursor: str) -> FollowedStream:
-        stream = FollowedStream(cursor, len(self._order), self._generation)
-        self._streams[key] = stream
-        self._order.append(key)
-        self._key_bulks.append(_bulk(key))
-        self._id_bulks.append(_bulk(cursor))
-        return stream
-
-    def _move(self, stream: FollowedStream, cursor: str) -> None:
-        stream.cursor = cursor
-        self._id_bulks[stream.slot] = _bulk(cursor)
+        self._link.wake()
 
     def _unsubscribe(self, subscription: Subscription) -> None:
         if subscription.closed:
             return
         subscription.closed = True
         self._owed.pop(subscription, None)
-        stream = self._streams.get(subscription.key)
+        stream = self._followed.get(subscription.key)
         if stream is None or subscription not in stream.subscriptions:
             return
         stream.subscriptions.remove(subscription)
         if not stream.subscriptions:
-            self._remove(subscription.key, stream)
-
-    def _remove(self, key: str, stream: FollowedStream) -> None:
-        del self._streams[key]
-        slot, last = stream.slot, len(self._order) - 1
-        if slot != last:  # the last key takes its place
-            moved = self._order[last]
-            self._order[slot] = moved
-            self._key_bulks[slot] = self._key_bulks[last]
-            self._id_bulks[slot] = self._id_bulks[last]
-            self._streams[moved].slot = slot
-        self._order.pop()
-        self._key_bulks.pop()
-        self._id_bulks.pop()
+            self._followed.remove(subscription.key, stream)
 
     def _spawn_own(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)
@@ -496,8 +369,6 @@ _READABLE = frozenset({"stream", "none"})
 
 
 __all__ = [
-    "BLOCK",
-    "COUNT",
     "Follower",
     "Mark",
     "StreamEntry",

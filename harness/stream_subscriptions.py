@@ -2,7 +2,8 @@
 
 A :class:`Subscription` is one :class:`Follower` of one stream key from one position
 (with, optionally, a :class:`Mark` it owes Redis); ``harness.stream_reader`` groups the
-subscriptions of a key into one followed stream and hands them its entries in order.
+subscriptions of a key into one followed stream (``harness.followed_keys``) and hands them
+its entries in order.
 """
 
 from __future__ import annotations
@@ -88,21 +89,6 @@ class Subscription:
         self._reader._unsubscribe(self)
 
 
-class FollowedStream:
-    """One followed key: the id its next read starts after, and its subscriptions."""
-
-    __slots__ = ("changed", "cursor", "slot", "subscriptions")
-
-    def __init__(self, cursor: str, slot: int, changed: int) -> None:
-        self.cursor = cursor
-        self.slot = slot
-        """Its position in the packed command's keys and ids."""
-        self.changed = changed
-        """The last read sent when its cursor moved back (or it was added): that read's
-        reply for this key is not applied (the next read asks from the cursor)."""
-        self.subscriptions: list[Subscription] = []
-
-
 class Inbox:
     """The buffer between the reader and one ``follow()`` consumer."""
 
@@ -145,7 +131,6 @@ class Inbox:
 
 
 __all__ = [
-    "FollowedStream",
     "Follower",
     "Inbox",
     "Mark",
