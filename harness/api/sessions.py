@@ -22,7 +22,7 @@ from wire.narrowing import NarrowedSessionSpec
 from wire.provider import PROVIDER
 
 from .auth import tenant
-from .models import CreateSession, Released, ReopenSession, SessionResource, usage_body
+from .models import Released, SessionResource, usage_body
 from .openapi_docs import problems
 from .problems import (
     Issue,
@@ -32,6 +32,7 @@ from .problems import (
     not_found_session,
     too_large,
 )
+from .request_bodies import CreateSession, ReopenSession
 from .state import ApiState, api_state
 
 ID_PATTERN = f"^{keys.ID_PATTERN}$"

@@ -31,19 +31,14 @@ from wire.narrowing import NarrowedSessionSpec, NarrowedTaskRequest
 from wire.store import BusyPolicy
 
 from .auth import tenant
-from .models import (
-    OnCompletion,
-    RunTask,
-    StartTask,
-    TaskBody,
-    TaskResource,
-)
+from .models import TaskResource
 from .problems import (
     Issue,
     invalid,
     not_found_session,
     too_large,
 )
+from .request_bodies import OnCompletion, RunTask, StartTask, TaskBody
 from .sessions import ID_PATTERN, check_instructions, require_id
 from .state import ApiState, api_state
 

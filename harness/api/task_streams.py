@@ -20,16 +20,13 @@ from harness.task import CeleryTask, StreamRead
 
 from .events import ENTRY_ID, EVENT_SCHEMA, FIRST_EVENT_ID, sse_event
 from .events import task_events as event_stream
-from .models import (
-    RunTask,
-    StartTask,
-    TaskResource,
-)
+from .models import TaskResource
 from .openapi_docs import problems
 from .problems import (
     Issue,
     invalid,
 )
+from .request_bodies import RunTask, StartTask
 from .sessions import SessionIdPath, require_id
 from .sse import EventStream
 from .state import ApiState

@@ -20,13 +20,7 @@ from harness.errors import (
     UnknownInteractionError,
 )
 
-from .models import (
-    ApprovalAnswer,
-    Interaction,
-    RunTask,
-    StartTask,
-    TaskResource,
-)
+from .models import TaskResource
 from .openapi_docs import problems
 from .problems import (
     Issue,
@@ -35,6 +29,7 @@ from .problems import (
     Retry,
     invalid,
 )
+from .request_bodies import ApprovalAnswer, Interaction, RunTask, StartTask
 from .sessions import ID_PATTERN, SessionIdPath, require_id
 from .task_admission import (
     RUN_DOC,
