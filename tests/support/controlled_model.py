@@ -5,36 +5,15 @@ actually received in Redis, where the tests read it. Tests never derive observat
 from the harness's own state, events or outcomes. Control (hold, release, scripted
 deltas, completion, failure) also travels through Redis, so it works across processes.
 
-Keys (test-only, outside every deployment namespace), under ``ahp-test:boundary:``:
-``calls`` list of JSON calls, recorded the moment the model's stream is first advanced
-and stamped with the ``test_scope`` of the session's run metadata (so a boundary sees
-only its own test's calls) and the names of the tools offered to it, ``held`` hold flag,
-``in_flight`` set of calls in progress (``"<pid>:<call id>"``, so a call of a killed
-worker is seen to be over), ``cancellations`` and ``overlaps`` counters, ``cancelled``
-the task ids whose model call received a cancellation, ``running:<session id>`` the
-calls in progress per session, ``script:<task id>`` scripted commands for one task
-(``script:scope:<scope>`` for every task of one boundary, with the profile option
-``script_by_scope``), ``cursor:<script key>`` how many of a script's commands the task's
-model calls consumed so far (a task with tools calls its model several times, each call
-goes on where the last one stopped), ``deaf:<scope>`` set while the calls of one
-boundary disregard cancellation. An input containing ``AHP_KILL_WORKER`` makes the model
-SIGKILL its own worker process.
+Its keys in Redis: ``tests.support.boundary_keys``. An input containing
+``AHP_KILL_WORKER`` makes the model SIGKILL its own worker process.
 
 Script commands: ``{"op": "delta", "text"}``, ``{"op": "complete", "text", "finish_reason"?,
 "usage"?}``, ``{"op": "tool_call", "name", "args", "id"?, "usage"?}`` (ends the call with a
 tool call: the agent runs the tool and calls the model again), ``{"op": "fail", "message"}``.
-``usage`` replaces the profile's token counts for that call: ``null`` reports none, a
-partial mapping (say, only ``input_tokens``) reports what a provider measured in its raw
-``token_usage`` (LangChain's ``usage_metadata`` needs all three counts).
-
-Without a script, the profile option ``plan`` (a JSON list) fixes each model call of a
-task by its position in the turn (the number of AI messages after the last human one):
-``{"tool_call": {"name", "args", "more"?}, "text"?, "usage"?}`` (``more``: further calls
-``{"name", "args"}`` in the same message) or ``{"reply": text, "usage"?}``.
-
-The model keeps its bookkeeping in ``AHP_TEST_MODEL_REDIS_URL`` when set (else the
-deployment's Redis), so a test can partition a worker's own Redis traffic (through a
-proxy) without cutting what the model records.
+``usage`` replaces the profile's token counts for that call (see
+``tests.support.model_replies``, which also builds the chunks of the profile option
+``plan``: a reply or tool calls by the call's position in the turn).
 """
 
 from __future__ import annotations
@@ -51,9 +30,8 @@ from uuid import uuid4
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.chat_models import agenerate_from_stream
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import UsageMetadata
-from langchain_core.messages.tool import tool_call_chunk
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config
@@ -65,83 +43,37 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from wire.redis_options import pool_options
 from wire.settings import Settings
 
-PREFIX = "ahp-test:boundary:"
-CALLS = PREFIX + "calls"
-HELD = PREFIX + "held"
-IN_FLIGHT = PREFIX + "in_flight"
-CANCELLATIONS = PREFIX + "cancellations"
-ABORT = PREFIX + "abort"
-OVERLAPS = PREFIX + "overlaps"
-CANCELLED_TASKS = PREFIX + "cancelled"
-SCOPE = "test_scope"
-"""Run metadata key naming the boundary (test) a session belongs to."""
+from .boundary_keys import (
+    ABORT,
+    CALLS,
+    CANCELLATIONS,
+    CANCELLED_TASKS,
+    HELD,
+    IN_FLIGHT,
+    KILL_MARKER,
+    MODEL_REDIS_URL_ENV,
+    OVERLAPS,
+    SCOPE,
+    cursor_key,
+    deaf_key,
+    live_members,
+    running_key,
+    scope_script_key,
+    script_key,
+)
 
-
-MODEL_REDIS_URL_ENV = "AHP_TEST_MODEL_REDIS_URL"
-"""Where the model keeps its bookkeeping, if not in the deployment's Redis."""
+# Re-exported (``as``): tests and tests.support import these from here too.
+from .boundary_keys import PREFIX as PREFIX
+from .boundary_keys import process_alive as process_alive
+from .model_replies import planned_reply, tool_call_reply, usage_fields
+from .model_replies import turn_position as turn_position
 
 _TAGGED_REPLY: ContextVar[str | None] = ContextVar("ahp_test_tagged_reply", default=None)
 """The reply of the call in progress when the profile tags replies (``reply_tagged``)."""
 
-KILL_MARKER = "AHP_KILL_WORKER"
-"""An input containing this kills the worker process running the model (a poison task)."""
-
-
-def running_key(session_id: str) -> str:
-    return f"{PREFIX}running:{session_id}"
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, killed but not yet reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("State:"):
-                    return "Z" not in line.split(":", 1)[1]
-    except OSError:
-        return False
-    return True
-
-
-def live_members(members: set[str]) -> set[str]:
-    """Calls (``"<pid>:<call id>"``) whose process still runs: a worker killed mid-call
-    leaves its entry behind, but its call is over."""
-    return {member for member in members if process_alive(int(member.split(":", 1)[0]))}
-
 
 class AbortedByTestError(RuntimeError):
     """The test boundary ended a model call that a test left waiting."""
-
-
-def script_key(task_id: str) -> str:
-    return f"{PREFIX}script:{task_id}"
-
-
-def scope_script_key(scope: str) -> str:
-    return f"{PREFIX}script:scope:{scope}"
-
-
-def deaf_key(scope: str) -> str:
-    return f"{PREFIX}deaf:{scope}"
-
-
-def cursor_key(script: str) -> str:
-    return f"{PREFIX}cursor:{script}"
-
-
-def _usage_fields(usage: Any) -> tuple[UsageMetadata | None, dict[str, Any]]:
-    """A scripted usage as ``(usage_metadata, response_metadata)``: complete counts go in
-    ``usage_metadata``, partial ones in a raw ``token_usage`` report."""
-    if usage is None:
-        return None, {}
-    counts = {key: usage.get(key) for key in ("input_tokens", "output_tokens", "total_tokens")}
-    if all(isinstance(value, int) for value in counts.values()):
-        return UsageMetadata(
-            input_tokens=counts["input_tokens"],
-            output_tokens=counts["output_tokens"],
-            total_tokens=counts["total_tokens"],
-        ), {}
-    return None, {"token_usage": {k: v for k, v in counts.items() if isinstance(v, int)}}
 
 
 def _tool_name(tool: Any) -> str:
@@ -154,17 +86,6 @@ def _tool_name(tool: Any) -> str:
             else str(tool.get("name", ""))
         )
     return str(getattr(tool, "name", ""))
-
-
-def turn_position(messages: list[BaseMessage]) -> int:
-    """How many model messages the current turn already holds."""
-    position = 0
-    for message in reversed(messages):
-        if isinstance(message, HumanMessage):
-            break
-        if isinstance(message, AIMessage):
-            position += 1
-    return position
 
 
 class ControlledChatModel(BaseChatModel):
@@ -308,7 +229,7 @@ class ControlledChatModel(BaseChatModel):
                 yield chunk
             return
         if self.plan is not None:
-            yield self._planned(messages)
+            yield planned_reply(self.plan, messages, self._usage())
             return
         reply = _TAGGED_REPLY.get() or self.reply
         texts = [f"chunk{index} " for index in range(self.load_chunks)] + [reply]
@@ -402,63 +323,6 @@ class ControlledChatModel(BaseChatModel):
                 if await self._cancelled(redis, task_id, scope):
                     raise
 
-    def _planned(self, messages: list[BaseMessage]) -> ChatGenerationChunk:
-        steps = json.loads(self.plan or "[]")
-        step = steps[min(turn_position(messages), len(steps) - 1)]
-        default = self._usage()
-        usage, raw = _usage_fields(step.get("usage", default))
-        call = step.get("tool_call")
-        if call is not None:
-            return self._tool_call_chunk(
-                {
-                    "name": call["name"],
-                    "args": call.get("args", {}),
-                    "text": step.get("text"),
-                    "more": call.get("more"),
-                },
-                usage,
-                raw,
-            )
-        return ChatGenerationChunk(
-            message=AIMessageChunk(
-                content=step["reply"],
-                usage_metadata=usage,
-                response_metadata={"finish_reason": "stop", **raw},
-                chunk_position="last",
-            )
-        )
-
-    @staticmethod
-    def _tool_call_chunk(
-        command: dict[str, Any], usage: UsageMetadata | None, raw: dict[str, Any]
-    ) -> ChatGenerationChunk:
-        call_id = str(command.get("id") or f"call-{uuid4().hex[:16]}")
-        return ChatGenerationChunk(
-            message=AIMessageChunk(
-                content=command.get("text") or "",
-                tool_call_chunks=[
-                    tool_call_chunk(
-                        name=command["name"],
-                        args=json.dumps(command.get("args", {})),
-                        id=call_id,
-                        index=0,
-                    ),
-                    *(
-                        tool_call_chunk(
-                            name=more["name"],
-                            args=json.dumps(more.get("args", {})),
-                            id=f"{call_id}-{index}",
-                            index=index,
-                        )
-                        for index, more in enumerate(command.get("more") or (), 1)
-                    ),
-                ],
-                usage_metadata=usage,
-                response_metadata={"finish_reason": "tool_calls", **raw},
-                chunk_position="last",
-            )
-        )
-
     async def _follow_script(
         self, redis: Redis, key: str, task_id: str, scope: str
     ) -> AsyncIterator[ChatGenerationChunk]:
@@ -494,7 +358,7 @@ class ControlledChatModel(BaseChatModel):
             if command["op"] == "delta":
                 yield ChatGenerationChunk(message=AIMessageChunk(content=command["text"]))
             elif command["op"] == "complete":
-                usage, raw_usage = _usage_fields(command.get("usage", self._usage()))
+                usage, raw_usage = usage_fields(command.get("usage", self._usage()))
                 metadata = {"finish_reason": command.get("finish_reason", "stop"), **raw_usage}
                 # A null text is a response without any content block (no text at all).
                 content = [] if command["text"] is None else command["text"]
@@ -507,8 +371,8 @@ class ControlledChatModel(BaseChatModel):
                 )
                 return
             elif command["op"] == "tool_call":
-                usage, raw_usage = _usage_fields(command.get("usage", self._usage()))
-                yield self._tool_call_chunk(command, usage, raw_usage)
+                usage, raw_usage = usage_fields(command.get("usage", self._usage()))
+                yield tool_call_reply(command, usage, raw_usage)
                 return
             elif command["op"] == "fail":
                 raise RuntimeError(command["message"])
