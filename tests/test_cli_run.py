@@ -1,5 +1,6 @@
 """``ahp-celery run``: one task through the Python harness, followed live, against the test
-Redis and real workers; the model's replies are scripted at the model boundary."""
+Redis and real workers; the model's replies are scripted at the model boundary. How the
+run is shown on a terminal: ``tests/test_run_views.py``."""
 
 from __future__ import annotations
 
@@ -16,31 +17,13 @@ from typing import Any
 import pytest
 import redis
 from agent_harness_protocol import (
-    AgentUsage,
-    Completed,
-    EffectChanged,
-    EffectKind,
-    MessageCompleted,
-    MessageDelta,
-    MessageId,
-    MessageRole,
-    ObservationGap,
     SessionSpec,
-    StopReason,
-    TaskId,
-    TaskStarted,
-    TextOutput,
-    ToolCallChanged,
-    Warning,
-    WarningKind,
-    WorkId,
-    WorkStatus,
 )
 from typer.testing import CliRunner, Result
 
 from harness import CeleryHarness
 from tooling.cli import app
-from tooling.run import ExitCode, LiveView
+from tooling.run import ExitCode
 from tooling.worker_process import PROJECT_ROOT, settings_environment
 from wire.keys import Keys
 from wire.settings import Settings
@@ -307,52 +290,6 @@ def test_enqueue_waits_behind_the_running_task_and_a_plain_start_is_refused(
     assert "next" in contexts[1]
 
 
-def test_the_live_view_prints_work_as_lines_between_streamed_text(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """Tool calls, effects, warnings and gaps (which no test profile produces yet) each get
-    a line of their own; streamed text resumes after them; the outcome does not repeat
-    streamed text but shows text that never streamed."""
-    task, message = TaskId("t1"), MessageId("m1")
-    view = LiveView()
-    for event in (
-        TaskStarted(task),
-        MessageDelta(task, message, "Looking ", MessageRole.ANSWER),
-        ToolCallChanged(task, WorkId("w1"), "search", WorkStatus.STARTED, '{"q": "capital"}'),
-        ToolCallChanged(task, WorkId("w1"), "search", WorkStatus.FAILED, error="offline"),
-        EffectChanged(
-            task, WorkId("w2"), EffectKind.COMMAND, WorkStatus.COMPLETED, "ls", exit_code=0
-        ),
-        Warning(task, WarningKind.OTHER, "slow provider"),
-        ObservationGap(task, 3),
-        MessageDelta(task, message, "it up.", MessageRole.ANSWER),
-        MessageCompleted(task, message, "Looking it up.", MessageRole.ANSWER),
-        MessageCompleted(task, MessageId("m2"), "Never streamed.", MessageRole.COMMENTARY),
-    ):
-        view.event(event)
-    usage = AgentUsage(input_tokens=7, output_tokens=3, total_tokens=10)
-    view.outcome(
-        Completed(task, StopReason.FINISHED, TextOutput("Looking it up."), usage),
-        ExitCode.COMPLETED,
-    )
-    view.close()
-    lines = capsys.readouterr().out.splitlines()
-    assert lines == [
-        "Looking ",
-        '⚙ search [started] {"q": "capital"}',
-        "⚙ search [failed] offline",
-        "⚙ command [completed] exit 0 ls",
-        "warning (other): slow provider",
-        "… 3 events were not observed",
-        "it up.",
-        "Never streamed.",
-        "Completed (stop reason: finished)",
-        "  task usage:     input=7 output=3 total=10",
-        "  session usage:  not reported",
-        "  exit code 0",
-    ]
-
-
 def test_run_asks_for_an_approval_at_the_prompt_and_resumes_with_the_answer(
     cli_env: dict[str, str | None], boundary: ModelBoundary
 ) -> None:
@@ -419,24 +356,3 @@ def test_without_a_worker_run_says_so_and_ctrl_c_cancels_with_nothing_to_clean(
     assert _lines(stdout)[-1]["type"] == "Cancelled", stdout
     assert "closing the harness" not in stderr, stderr
     assert "CheckpointCleanupError" not in stderr, stderr
-
-
-def test_the_live_view_prints_an_answer_once_when_its_message_was_not_marked_the_answer(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """A pipeline's last message is completed as commentary (the model might be nudged
-    again); the outcome's output is that same text: printed once, not twice."""
-    task = TaskId("t1")
-    view = LiveView()
-    for event in (
-        TaskStarted(task),
-        MessageCompleted(task, MessageId("m1"), "The final answer.", MessageRole.COMMENTARY),
-    ):
-        view.event(event)
-    view.outcome(
-        Completed(task, StopReason.FINISHED, TextOutput("The final answer."), AgentUsage()),
-        ExitCode.COMPLETED,
-    )
-    view.close()
-    lines = capsys.readouterr().out.splitlines()
-    assert lines.count("The final answer.") == 1, lines
