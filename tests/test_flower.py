@@ -34,7 +34,7 @@ from tooling.worker_process import WorkerProcess
 from wire.celery_config import RUN_TASK
 from wire.codec import outcome_to_json, usage_to_json
 from wire.settings import Settings
-from workers.intake import TRANSPORT_ALIAS
+from workers.guarded_transport import TRANSPORT_ALIAS
 from workers.run_summary import summary_from_fields
 
 from .support.boundary import ModelBoundary

@@ -33,7 +33,8 @@ from tooling.worker_process import WorkerProcess
 from wire.celery_config import RUN_TASK, celery_config
 from wire.keys import Keys
 from wire.settings import Settings
-from workers.intake import TRANSPORT_ALIAS, MessageIntake, guarded_transport_options
+from workers.guarded_transport import TRANSPORT_ALIAS, guarded_transport_options
+from workers.intake import MessageIntake
 
 from .support.boundary import ModelBoundary
 from .support.waiting import until

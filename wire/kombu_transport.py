@@ -13,7 +13,7 @@ sharing it changes nothing else; when kombu replaces the pool (after a connectio
 error) the next command builds a client on the new one.
 
 The transport is registered as ``redis-reusing``; the workers' guarded transport
-(``workers.intake``) derives from the same channel.
+(``workers.guarded_transport``) derives from the same channel.
 """
 
 from __future__ import annotations

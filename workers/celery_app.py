@@ -34,12 +34,8 @@ from wire.settings import Settings
 
 from .broker_connection import WorkerAMQP
 from .errors import RuntimeStoppedError
-from .intake import (
-    TRANSPORT_ALIAS,
-    GuardedConsumer,
-    MessageIntake,
-    guarded_transport_options,
-)
+from .guarded_transport import TRANSPORT_ALIAS, guarded_transport_options
+from .intake import GuardedConsumer, MessageIntake
 from .preflight import refuse_without_modules
 from .runtime import WorkerRuntime
 
@@ -50,7 +46,7 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
     app = Celery("ahp_workers", set_as_current=False, amqp=WorkerAMQP)
     app.conf.update(celery_config(settings))
     # Only well-formed run messages of this deployment reach Celery; the rest are
-    # dropped and counted (see workers.intake).
+    # dropped and counted (see workers.intake and workers.guarded_transport).
     intake = MessageIntake(settings)
     app.conf.worker_consumer = GuardedConsumer
     app.ahp_intake = intake

@@ -11,12 +11,8 @@ arguments, is rejected without requeue (dropped), logged with a short descriptio
 (never the body) and counted in ``Keys.malformed_messages``. Unknown task names
 (Celery's own built-in tasks included) and undecodable bodies are dropped the same way.
 
-One layer below, an item on the queue list that is not even a kombu message (not JSON,
-no ``properties``...) made kombu's Redis transport raise before Celery saw anything,
-and the worker exited. :class:`GuardedRedisTransport` (the worker's transport for
-``redis://`` brokers) drops and counts such items too, and drops an acknowledgement
-whose connection a Redis restart closed (kombu raised ``AttributeError`` there, which
-also ended the worker).
+One layer below, an item on the queue list that is not even a kombu message is dropped
+and counted too, by the worker's transport (``workers.guarded_transport``).
 
 It also keeps the worker up while the broker refuses writes: at ``maxmemory`` with
 ``noeviction`` kombu's bookkeeping of a delivery fails with ``OutOfMemoryError``, a
@@ -34,21 +30,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from queue import Empty
 from typing import Any
-from uuid import uuid4
 
 import redis
 from celery.worker.consumer import Consumer
-from kombu import transport as kombu_transports
-from kombu.transport import redis as kombu_redis
-from kombu.transport.virtual import Message as VirtualMessage
 from redis.exceptions import OutOfMemoryError, ResponseError
 
 from wire.backoff import Retries
 from wire.celery_config import RUN_TASK
 from wire.keys import Keys, is_valid_id
-from wire.kombu_transport import ReusingRedisChannel
 from wire.messages import RunMessage
 from wire.redis_options import pool_options
 from wire.settings import Settings
@@ -65,7 +55,8 @@ _UNSCHEDULED_HEADERS = ("eta", "expires")
 _MAX_TIME_LIMIT = 366 * 24 * 3600.0
 
 
-def _kind(value: object) -> str:
+def kind_of(value: object) -> str:
+    """The JSON-ish name of ``value``'s type, for a description that never shows it."""
     return "null" if value is None else type(value).__name__
 
 
@@ -76,55 +67,55 @@ def _is_int(value: object) -> bool:
 def _header_problem(headers: Mapping[str, Any]) -> str | None:
     task_id = headers.get("id")
     if not isinstance(task_id, str) or not is_valid_id(task_id):
-        return f"header 'id' is not a task id ({_kind(task_id)})"
+        return f"header 'id' is not a task id ({kind_of(task_id)})"
     for name in _TEXT_HEADERS:
         if not isinstance(headers.get(name), str | None):
-            return f"header {name!r} is {_kind(headers[name])}, expected a string"
+            return f"header {name!r} is {kind_of(headers[name])}, expected a string"
     for name in _INT_HEADERS:
         value = headers.get(name)
         if value is not None and (not _is_int(value) or value < 0):
-            return f"header {name!r} is {_kind(value)}, expected a non-negative integer"
+            return f"header {name!r} is {kind_of(value)}, expected a non-negative integer"
     for name in _UNSCHEDULED_HEADERS:
         if headers.get(name) is not None:
             return f"header {name!r} is set; run messages are never scheduled"
     timelimit = headers.get("timelimit")
     if timelimit is not None:
         if not isinstance(timelimit, list | tuple) or len(timelimit) != 2:
-            return f"header 'timelimit' is {_kind(timelimit)}, expected [hard, soft]"
+            return f"header 'timelimit' is {kind_of(timelimit)}, expected [hard, soft]"
         for limit in timelimit:
             number = isinstance(limit, int | float) and not isinstance(limit, bool)
             if limit is not None and (not number or not 0 < limit < _MAX_TIME_LIMIT):
-                return f"header 'timelimit' holds {_kind(limit)}, expected seconds or null"
+                return f"header 'timelimit' holds {kind_of(limit)}, expected seconds or null"
     if not isinstance(headers.get("ignore_result"), bool | None):
-        return f"header 'ignore_result' is {_kind(headers['ignore_result'])}"
+        return f"header 'ignore_result' is {kind_of(headers['ignore_result'])}"
     if not isinstance(headers.get("stamped_headers"), list | None):
-        return f"header 'stamped_headers' is {_kind(headers['stamped_headers'])}"
+        return f"header 'stamped_headers' is {kind_of(headers['stamped_headers'])}"
     if not isinstance(headers.get("stamps"), dict | None):
-        return f"header 'stamps' is {_kind(headers['stamps'])}"
+        return f"header 'stamps' is {kind_of(headers['stamps'])}"
     return None
 
 
 def _body_problem(body: object, namespace: str, task_id: str) -> str | None:
     if not isinstance(body, list | tuple) or len(body) != 3:
-        return f"body is {_kind(body)}, expected [args, kwargs, embed]"
+        return f"body is {kind_of(body)}, expected [args, kwargs, embed]"
     args, kwargs, embed = body
     if not isinstance(args, list | tuple) or args:
         return "positional arguments given; a run takes keyword arguments only"
     if not isinstance(kwargs, dict):
-        return f"keyword arguments are {_kind(kwargs)}, expected an object"
+        return f"keyword arguments are {kind_of(kwargs)}, expected an object"
     unexpected = set(kwargs) - _KWARGS
     if unexpected:
         return f"{len(unexpected)} unexpected keyword argument(s)"
     if kwargs.get("namespace") != namespace:
-        return f"namespace is not this deployment's ({_kind(kwargs.get('namespace'))})"
+        return f"namespace is not this deployment's ({kind_of(kwargs.get('namespace'))})"
     if kwargs.get("task_id") != task_id:
         return "keyword argument 'task_id' differs from the message id"
     session_id = kwargs.get("session_id")
     if session_id is not None and (not isinstance(session_id, str) or not is_valid_id(session_id)):
-        return f"keyword argument 'session_id' is not a session id ({_kind(session_id)})"
+        return f"keyword argument 'session_id' is not a session id ({kind_of(session_id)})"
     if embed is not None:
         if not isinstance(embed, dict) or set(embed) - _EMBED:
-            return f"embedded options are {_kind(embed)}, expected callbacks/errbacks/chain/chord"
+            return f"embedded options are {kind_of(embed)}, expected callbacks/errbacks/chain/chord"
         if any(value is not None for value in embed.values()):
             return "callbacks, errbacks, chains or chords given; runs take none"
     return None
@@ -136,11 +127,11 @@ def message_problem(message: Any, namespace: str) -> str | None:
     The description is short and never repeats the message's content."""
     headers = message.headers
     if not isinstance(headers, dict):
-        return f"headers are {_kind(headers)}, expected an object"
+        return f"headers are {kind_of(headers)}, expected an object"
     name = headers.get("task")
     if name != RUN_TASK:
         if not isinstance(name, str):
-            return f"header 'task' is {_kind(name)}, expected {RUN_TASK!r}"
+            return f"header 'task' is {kind_of(name)}, expected {RUN_TASK!r}"
         return f"task name {name[:60]!r} is not carried by this queue"
     if not isinstance(message.properties, dict) or not isinstance(message.delivery_info, dict):
         return "message properties are not objects"
@@ -198,151 +189,6 @@ class MessageIntake:
             client.incr(self._key)
         except redis.RedisError as error:
             log.warning("could not count a dropped message: %s", error)
-
-
-class _NotAMessageError(ValueError):
-    """An item on a queue list that is not a kombu message envelope."""
-
-
-def _envelope_problem(payload: object) -> str | None:
-    if not isinstance(payload, dict):
-        return f"the item is {_kind(payload)}, expected a message object"
-    properties = payload.get("properties")
-    if not isinstance(properties, dict):
-        return f"its properties are {_kind(properties)}, expected an object"
-    if not isinstance(properties.get("delivery_tag"), str):
-        return f"its delivery tag is {_kind(properties.get('delivery_tag'))}"
-    delivery = properties.get("delivery_info")
-    if not isinstance(delivery, dict):
-        return f"its delivery info is {_kind(delivery)}, expected an object"
-    for name in ("exchange", "routing_key"):
-        if not isinstance(delivery.get(name), str):
-            return f"its delivery info's {name} is {_kind(delivery.get(name))}"
-    if not isinstance(payload.get("body"), str | None):
-        return f"its body is {_kind(payload.get('body'))}, expected a string"
-    if not isinstance(payload.get("headers"), dict | None):
-        return f"its headers are {_kind(payload.get('headers'))}, expected an object"
-    return None
-
-
-class _GuardedMessage(VirtualMessage):
-    def __init__(self, payload: Any, channel: Any = None, **kwargs: Any) -> None:
-        problem = _envelope_problem(payload)
-        if problem is not None:
-            raise _NotAMessageError(problem)
-        super().__init__(payload, channel=channel, **kwargs)  # type: ignore[no-untyped-call]
-
-
-def _connection_gone(channel: Any) -> bool:
-    connection = getattr(channel, "connection", None)
-    return connection is None or getattr(connection, "client", None) is None
-
-
-class _GuardedQoS(kombu_redis.QoS):
-    """Acknowledgements on a channel whose connection is gone (Redis restarted and the
-    consumer reconnected while the task ran) are dropped instead of ending the worker
-    with kombu's ``AttributeError``: the message stays in kombu's unacknowledged set and
-    comes back after the visibility timeout, and the claim drops it (its task is settled:
-    a terminal claim result)."""
-
-    def ack(self, delivery_tag: Any) -> None:
-        try:
-            super().ack(delivery_tag)  # type: ignore[no-untyped-call]
-        except AttributeError:
-            if not _connection_gone(self.channel):
-                raise
-            log.warning("acknowledgement of %s dropped: its connection is gone", delivery_tag)
-
-    def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
-        try:
-            super().reject(delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
-        except AttributeError:
-            if not _connection_gone(self.channel):
-                raise
-            log.warning("rejection of %s dropped: its connection is gone", delivery_tag)
-
-    def restore_unacked(self, client: Any = None) -> Any:
-        """Closing a channel whose connection is already gone (the consumer reconnecting
-        after Redis went away, while runs of this process are still in progress, as a
-        threads-pool worker's are) cannot put its unacknowledged messages back: kombu
-        would end the worker with an ``AttributeError``. They stay in the unacknowledged
-        set: a run still in progress acknowledges nothing on the new connection, its
-        message comes back after the visibility timeout and the claim drops it, and a run
-        that was lost meanwhile is resumed by the sweepers."""
-        try:
-            return super().restore_unacked(client)  # type: ignore[no-untyped-call]
-        except AttributeError:
-            if not _connection_gone(self.channel):
-                raise
-            log.warning("unacknowledged messages left for later: the connection is gone")
-            return None
-
-
-class _GuardedChannel(ReusingRedisChannel):
-    Message = _GuardedMessage
-    QoS = _GuardedQoS
-
-    def _brpop_read(self, **options: Any) -> Any:
-        """An item the transport cannot turn into a message is dropped (``BRPOP`` has
-        already removed it from the list, and nothing has recorded it as unacknowledged
-        yet), logged and counted; the consumer carries on."""
-        transport = self.connection
-        try:
-            return super()._brpop_read(**options)  # type: ignore[no-untyped-call]
-        except (Empty, *transport.connection_errors, *transport.channel_errors):
-            raise
-        except Exception as error:
-            intake: MessageIntake | None = getattr(transport, "intake", None)
-            problem = str(error) if isinstance(error, _NotAMessageError) else None
-            problem = problem or f"{type(error).__name__} while reading it"
-            log.warning("dropped an item of the broker queue that is not a message: %s", problem)
-            if intake is not None:
-                intake.count()
-            return True
-
-
-TRANSPORT_ALIAS = "redis-guarded"
-"""The kombu transport name of :class:`GuardedRedisTransport` (``broker_transport``).
-
-A name, not the class: a worker reports its connection (``inspect stats``, which Flower
-asks every worker for) as JSON, and a class there made the reply unencodable, so the
-worker answered nothing. Celery logs the broker as ``redis-guarded://host``."""
-
-INTAKE_OPTION = "ahp_intake"
-"""The broker transport option naming the :class:`MessageIntake` a connection reports
-to (a key of the process's registry, see :func:`guarded_transport_options`)."""
-
-_intakes: dict[str, MessageIntake] = {}
-_intakes_lock = threading.Lock()
-
-
-class GuardedRedisTransport(kombu_redis.Transport):
-    """kombu's Redis transport, dropping queue items that are not messages.
-
-    The intake that counts them is named by the connection's ``ahp_intake`` transport
-    option (see :func:`guarded_transport_options`); without it they are only logged."""
-
-    Channel = _GuardedChannel
-
-    @property
-    def intake(self) -> MessageIntake | None:
-        options = getattr(self.client, "transport_options", None) or {}
-        key = options.get(INTAKE_OPTION)
-        return _intakes.get(key) if isinstance(key, str) else None
-
-
-kombu_transports.TRANSPORT_ALIASES[TRANSPORT_ALIAS] = (
-    f"{GuardedRedisTransport.__module__}:{GuardedRedisTransport.__qualname__}"
-)
-
-
-def guarded_transport_options(intake: MessageIntake) -> dict[str, str]:
-    """Register ``intake`` in this process; the transport option that names it. A
-    connection with ``transport=TRANSPORT_ALIAS`` and these options reports to it."""
-    key = uuid4().hex
-    with _intakes_lock:
-        _intakes[key] = intake
-    return {INTAKE_OPTION: key}
 
 
 def _refusal_retries() -> Retries:
@@ -410,11 +256,8 @@ class GuardedConsumer(Consumer):  # type: ignore[misc]
 
 
 __all__: Sequence[str] = [
-    "INTAKE_OPTION",
-    "TRANSPORT_ALIAS",
     "GuardedConsumer",
-    "GuardedRedisTransport",
     "MessageIntake",
-    "guarded_transport_options",
+    "kind_of",
     "message_problem",
 ]
