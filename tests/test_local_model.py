@@ -7,13 +7,11 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from workers.local_model import (
-    DEFAULT_SYSTEM,
-    LocalChatModel,
+from workers.local_model import DEFAULT_SYSTEM, LocalChatModel, chatml
+from workers.local_tool_calls import (
     ToolPlan,
     answer_hint,
     call_hint,
-    chatml,
     json_object,
     merged_arguments,
     planned_call,
