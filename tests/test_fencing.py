@@ -63,6 +63,17 @@ def _server_ms(client: redis.Redis) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
+def _lapses_at_ms(client: redis.Redis, key: str) -> int:
+    """When the lease at ``key`` lapses unless renewed (server clock): Redis's own expiry
+    of it, its TTL read with the server's time in one transaction."""
+    pipe = client.pipeline(transaction=True)
+    pipe.time()
+    pipe.pttl(key)
+    (seconds, micros), remaining = pipe.execute()
+    assert remaining > 0, f"no lease with a TTL at {key}: {remaining}"
+    return int(seconds) * 1000 + int(micros) // 1000 + int(remaining)
+
+
 async def _history_texts(redis_url: str, thread_id: str) -> list[list[str]]:
     """The messages of every checkpoint stored for the thread, read by a plain saver."""
     saver = AsyncRedisSaver(redis_url=redis_url)
@@ -289,7 +300,9 @@ async def test_sigterm_hands_the_lease_back_so_the_requeued_copy_runs_at_once(
 ) -> None:
     """SIGTERM to a worker's processes (as ``systemctl stop`` sends it) while its run is
     in the model: the run is cancelled, its lease handed back and its message requeued;
-    another worker claims the copy well within one lease TTL (server clock)."""
+    another worker claims the copy after the signal and before the lease could have lapsed
+    (its expiry as Redis held it at the signal; renewals only move it later), so the lease
+    was handed back, not waited out (server clock). How soon: ``bench/recovery.py``."""
     ttl = timedelta(seconds=6)
     deployment = _deployment(settings, lease_ttl=ttl)
     leaving = await _start(workers, WorkerProcess(deployment, concurrency=1, name="leaving"))
@@ -301,6 +314,7 @@ async def test_sigterm_hands_the_lease_back_so_the_requeued_copy_runs_at_once(
         await until(lambda: boundary.calls_for(task.id.value), "the first model call")
         await _start(workers, WorkerProcess(deployment, concurrency=1, name="staying"))
         fence = int(task_record(sync_redis, deployment.namespace, task.id.value)[TaskField.FENCE])
+        lapses_ms = _lapses_at_ms(sync_redis, Keys(deployment.namespace).lease(session.id.value))
         stopped_ms = _server_ms(sync_redis)
         os.killpg(leaving.pid, signal.SIGTERM)
         await until(
@@ -313,7 +327,7 @@ async def test_sigterm_hands_the_lease_back_so_the_requeued_copy_runs_at_once(
         claimed_ms = int(
             task_record(sync_redis, deployment.namespace, task.id.value)[TaskField.CLAIMED_MS]
         )
-        assert claimed_ms - stopped_ms < ttl.total_seconds() * 1000 / 2
+        assert stopped_ms <= claimed_ms < lapses_ms
         boundary.release()
         assert isinstance(await asyncio.wait_for(task.await_outcome(), 60), Completed)
         assert terminal_entries(sync_redis, deployment.namespace, task.id.value) == 1
