@@ -9,6 +9,7 @@ lose a chunk on demand.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -151,9 +152,13 @@ async def test_the_floors_run_the_graph_for_real(redis_url: str) -> None:
 
 
 async def test_the_event_transport_floor_reads_every_entry(redis_url: str) -> None:
+    began = time.time_ns()
     transport = await event_transport_floor(redis_url, count=20, interval=0.002)
+    took = (time.time_ns() - began) / 1e9
     assert transport.clean
-    assert all(0 < latency < 1 for latency in transport.latencies)
+    # Each latency is a delay of this run (stamped after it began, read before it ended,
+    # on the same clock); how long they are is bench/latency_throughput.py's (f) figure.
+    assert all(0 < latency < took for latency in transport.latencies)
 
 
 @pytest.mark.processes
