@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 from uuid import uuid4
 
 from agent_harness_protocol import (
@@ -32,13 +29,13 @@ from agent_harness_protocol import (
 from redis.exceptions import RedisError
 
 from wire.codec import dumps, task_input_to_json
-from wire.keys import IDEMPOTENCY_KEY_RULE, is_valid_idempotency_key
 from wire.narrowing import narrowing_of
 from wire.provider import PROVIDER
 from wire.store import BusyPolicy, ReleaseResult, StartResult
 
 from .admission import validate_task
 from .errors import CheckpointCleanupError, IdempotencyKeyReusedError, SessionBusyError
+from .idempotency import fingerprinted_key
 from .redis_errors import Fate, fate, reported, transport_error
 from .runtime import CallerRuntime
 from .task import CeleryTask
@@ -163,7 +160,7 @@ class CelerySession(AgentSession):
         self.validate(request).require_compatible()
         assert isinstance(request.input, TextInput)
         task_input = task_input_to_json(request)
-        idempotency = _idempotency(idempotency_key, task_input, if_busy)
+        idempotency = fingerprinted_key(idempotency_key, task_input, if_busy)
         store = self.runtime.store
         if self._unconfirmed:
             await self._block(self._unconfirmed)
@@ -385,24 +382,6 @@ class CelerySession(AgentSession):
                 UnresolvedReason.CLEANUP_BOUND_EXCEEDED,
                 "cleanup ended before native termination could be confirmed",
             )
-
-
-def _idempotency(
-    key: str | None, task_input: Mapping[str, Any], if_busy: BusyPolicy
-) -> tuple[str, str] | None:
-    """The key and a fingerprint of the request it names (a retry must repeat it: its
-    text, its output schema if any, and its busy policy)."""
-    if key is None:
-        return None
-    if not is_valid_idempotency_key(key):
-        raise ValueError(f"an idempotency key is {IDEMPOTENCY_KEY_RULE}")
-    fingerprinted: dict[str, Any] = {"input": task_input["text"], "if_busy": if_busy.value}
-    if "output_schema" in task_input:
-        fingerprinted["output_schema"] = task_input["output_schema"]
-    if "narrowing" in task_input:
-        fingerprinted["narrowing"] = task_input["narrowing"]
-    request = dumps(fingerprinted)
-    return key, hashlib.sha256(request.encode()).hexdigest()[:32]
 
 
 def _redis_time(milliseconds: str) -> datetime | None:
