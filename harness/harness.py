@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping
 from uuid import uuid4
 
 from agent_harness_protocol import (
     AgentHarness,
-    AgentUsage,
     CleanupBudget,
     CompatibilityIssue,
     CompatibilityReport,
@@ -25,9 +23,8 @@ from agent_harness_protocol import (
     TaskId,
     TaskState,
 )
-from redis.exceptions import RedisError
 
-from wire.codec import dumps, loads, run_metadata_json, spec_from_json, spec_to_json, usage_to_json
+from wire.codec import loads, run_metadata_json, spec_from_json
 from wire.keys import Keys, is_valid_id, require_valid_id
 from wire.profiles import AgentProfile, load_profiles, resolve_profile
 from wire.provider import PROVIDER
@@ -47,11 +44,12 @@ from .info import (
     session_info,
     task_info,
 )
-from .lookups import owned_session_record, owned_task_record, raise_for_reopen
+from .lookups import owned_session_record, owned_task_record
 from .redis_errors import reported
 from .responses import ResponderFactory
 from .runtime import CallerRuntime, PublisherFactory
 from .session import CelerySession
+from .session_opening import new_session, reopened_session
 from .stream_reader import StreamReader
 from .task import CeleryTask
 
@@ -177,59 +175,9 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         if tenant is not None:
             require_valid_id("tenant", tenant)
         self.validate(spec).require_compatible()
-        runtime = self._open()
-        await runtime.require_checkpoint_modules()
-        session_id = SessionId(uuid4().hex)
-        persistent = spec.requirements.persistence is not None
-        if persistent and single_task:
-            raise ValueError("a single-task session cannot be persistent")
-        handle_id = uuid4().hex if persistent else None
-        with reported("the session was not created"):
-            await self._write_session(
-                runtime, session_id, spec, persistent, handle_id, tenant or "", single_task
-            )
-        if handle_id is not None:
-            runtime.track_handle(session_id.value, handle_id)
-        session = CelerySession(
-            runtime, session_id, spec, handle_id=handle_id, single_task=single_task
+        return await new_session(
+            self._open(), spec, self._run_metadata, tenant=tenant or "", single_task=single_task
         )
-        runtime.sessions.add(session)
-        return session
-
-    async def _write_session(
-        self,
-        runtime: CallerRuntime,
-        session_id: SessionId,
-        spec: SessionSpec,
-        persistent: bool,
-        handle_id: str | None,
-        tenant: str,
-        single_task: bool = False,
-    ) -> None:
-        fields = {
-            SessionField.SPEC: dumps(spec_to_json(spec)),
-            SessionField.PROFILE: self._profile.name,
-            SessionField.PROFILE_DIGEST: self._profile.digest,
-            SessionField.PERSISTENT: "1" if persistent else "0",
-            SessionField.ACTIVE: "",
-            SessionField.CLOSED: "0",
-            SessionField.TURNS: "0",
-            SessionField.USAGE: dumps(usage_to_json(AgentUsage.ZERO)),
-            SessionField.METADATA: self._run_metadata,
-            SessionField.TENANT: tenant,
-        }
-        if single_task:
-            fields[SessionField.SINGLE] = "1"
-        await runtime.store.create_session(session_id.value, fields)
-        if handle_id is not None:
-            try:
-                await runtime.store.touch_handles(
-                    session_id.value, (handle_id,), runtime.handle_ttl_ms
-                )
-            except RedisError:
-                with contextlib.suppress(RedisError):  # no handle: nobody can use it
-                    await runtime.redis.delete(runtime.keys.session(session_id.value))
-                raise
 
     async def reopen_session(
         self, reference: PersistentSessionRef, spec: SessionSpec
@@ -271,23 +219,7 @@ class CeleryHarness(AgentHarness, PersistentSessions):
                 ]
             )
         self.validate(spec).require_compatible()
-        runtime = self._open()
-        await runtime.require_checkpoint_modules()
-        session_id = SessionId(reference.id)
-        handle_id = uuid4().hex
-        with reported("the session was not reopened"):
-            result, detail = await runtime.store.reopen(
-                reference.id,
-                dumps(spec_to_json(spec)),
-                handle_id,
-                runtime.handle_ttl_ms,
-                (self._profile.name, self._profile.digest),
-            )
-        raise_for_reopen(session_id, result, detail)
-        runtime.track_handle(reference.id, handle_id)
-        session = CelerySession(runtime, session_id, spec, handle_id=handle_id)
-        runtime.sessions.add(session)
-        return session
+        return await reopened_session(self._open(), reference.id, spec)
 
     # -- beyond the AHP port: handles and views by id, from any process ------------------
     async def attach_session(self, session_id: str, *, tenant: str | None = None) -> CelerySession:
