@@ -277,16 +277,18 @@ async def test_cancelling_50_of_100_in_flight_runs_reaches_each_model_call(
         f"cancellation seen at the model: p50 {latencies[24] * 1000:.0f} ms, "
         f"p95 {latencies[47] * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms"
     )
-    for outcome, _ in results[:50]:
+    for outcome, indices in results[:50]:
         assert isinstance(outcome, Cancelled), outcome
+        # Stopped mid-stream: each call saw its cancellation before its last chunk (a
+        # cancellation that waited for the 12 s streams to end would stop nothing).
+        assert indices != list(range(30)), indices
     for outcome, indices in results[50:]:
         assert isinstance(outcome, Completed), outcome
         assert indices == list(range(30))
-    assert not {task.id.value for task in spared} & set(seen)
     # Seen, not only settled: a cancellation that stopped nothing would leave no stamp.
-    # The bound is far above the time it takes (see the printed figures) and far below
-    # the 12 s the streams would otherwise run.
-    assert latencies[-1] < 2.0
+    assert {task.id.value for task in doomed} <= set(seen)
+    assert not {task.id.value for task in spared} & set(seen)
+    # How long it takes is measured by bench/latency_throughput.py (e), not bounded here.
 
 
 async def test_a_blocking_tool_does_not_stall_the_other_runs(
