@@ -337,3 +337,36 @@ class Keys:
         Pushed by the worker that carried the request out, with a TTL of two minutes set
         in the same transaction; popped by the caller waiting for it."""
         return f"{self.namespace}:maintenance:reply:{request_id}"
+
+    # -- the LangGraph dialect (harness.api.langgraph) ----------------------------------
+    def lg_thread(self, tenant: str, thread_id: str) -> str:
+        """String (JSON): one LangGraph thread of a tenant: the session it is, its metadata
+        and times.
+
+        Written by the API: first as a reservation (``SET NX`` with a 30 s TTL, holding a
+        token), then made permanent by the request that holds the token (a check-and-set
+        under ``WATCH``), so a request paused past the reservation cannot overwrite a
+        thread created meanwhile. Deleted by ``DELETE /threads/{id}`` with the session it
+        names. No TTL once created (a thread lives until deleted, as its session does)."""
+        return f"{self.namespace}:lg:thread:{tenant}:{thread_id}"
+
+    def lg_threads(self, tenant: str) -> str:
+        """Sorted set: a tenant's thread ids, scored by creation time (ms), for
+        ``POST /threads/search``. Written with the thread record; a member is removed when
+        its thread is deleted (Redis deletes the set when it is empty). No TTL."""
+        return f"{self.namespace}:lg:threads:{tenant}"
+
+    def lg_run(self, tenant: str, run_id: str) -> str:
+        """String (JSON): one LangGraph run: the task it is a segment of, where in the
+        task's event stream it starts, its thread, assistant, metadata and strategy.
+
+        Written once by the API when the run is created; deleted with its thread. TTL
+        ``max(AHP_TASK_RETENTION, 7 days)``, renewed whenever the run is read, so a run
+        waiting for an approval stays readable while anyone asks about it."""
+        return f"{self.namespace}:lg:run:{tenant}:{run_id}"
+
+    def lg_thread_runs(self, tenant: str, thread_id: str) -> str:
+        """Sorted set: the run ids of one thread, scored by creation time (ms), for
+        ``GET /threads/{id}/runs``. Written with each run record; deleted with the thread.
+        Its members may outlive their run records' TTL; listings skip those."""
+        return f"{self.namespace}:lg:thread-runs:{tenant}:{thread_id}"

@@ -33,7 +33,7 @@ from harness.errors import CeleryHarnessError
 from harness.harness import CeleryHarness
 from wire.keys import Keys
 
-from . import sessions, task_streams, tasks
+from . import langgraph, sessions, task_streams, tasks
 from .auth import Tenants, unauthorized
 from .handles import Handles
 from .limits import BodyLimit
@@ -128,6 +128,7 @@ def create_app(
     app.include_router(sessions.router)
     app.include_router(tasks.router)
     app.include_router(task_streams.router)
+    app.include_router(langgraph.router)
     _install_handlers(app)
     _add_operational_routes(app, api_settings, requests)
     app.add_middleware(BodyLimit, max_bytes=api_settings.max_body_bytes)

@@ -58,6 +58,7 @@ class ProblemType(StrEnum):
     SESSION_OPEN = "session-open"
     UNKNOWN_INTERACTION = "unknown-interaction"
     INTERACTION_CLOSED = "interaction-closed"
+    CONFLICT = "conflict"
     RESPONSE_UNCONFIRMED = "response-unconfirmed"
     TRANSPORT_ERROR = "transport-error"
     START_UNCONFIRMED = "start-unconfirmed"
@@ -169,6 +170,7 @@ _TITLES: dict[ProblemType, str] = {
     ProblemType.SESSION_OPEN: "The session is open",
     ProblemType.UNKNOWN_INTERACTION: "No such pending interaction",
     ProblemType.INTERACTION_CLOSED: "The interaction is no longer pending",
+    ProblemType.CONFLICT: "The request conflicts with the thread's state",
     ProblemType.RESPONSE_UNCONFIRMED: "Whether the response was applied is unknown",
     ProblemType.TRANSPORT_ERROR: "The harness could not reach its store or broker",
     ProblemType.START_UNCONFIRMED: "The task's start is unconfirmed",
