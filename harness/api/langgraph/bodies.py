@@ -157,8 +157,6 @@ class RunCreate(_Body):
     def input_text(self) -> str:
         """The task input: the text of the input's human messages (422 for any other)."""
         messages = (self.input or {}).get("messages")
-        if isinstance(messages, dict | str):
-            messages = [messages]
         if not isinstance(messages, list) or not messages or set(self.input or {}) - {"messages"}:
             raise invalid(
                 [

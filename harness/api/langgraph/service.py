@@ -99,6 +99,18 @@ class LangGraphService:
             return None
         return await self.api.harness.task_info(info.active_task, tenant=tenant)
 
+    async def thread_task(self, tenant: str, thread: ThreadRecord) -> TaskInfo | None:
+        """The thread's current task: the session's unsettled one, else its latest run's."""
+        active = await self.latest_task(tenant, thread.session_id)
+        if active is not None:
+            return active
+        ids = await self.records.run_ids(tenant, thread.thread_id)
+        for run_id in reversed(ids):
+            record = await self.records.run(tenant, run_id)
+            if record is not None:
+                return await self.task_info(tenant, record)
+        return None
+
     async def task_info(self, tenant: str, run: RunRecord) -> TaskInfo:
         return await self.api.harness.task_info(run.task_id, tenant=tenant)
 
@@ -368,8 +380,10 @@ class LangGraphService:
         closing: list[StreamEvent] = []
         error = error_of(info.outcome)
         if error is not None:
-            closing.append(StreamEvent("", "error", error))
-        closing.append(StreamEvent("", "end", {"run_id": run.run_id, "status": status.value}))
+            closing.extend(fresh([StreamEvent(translation.next_id(), "error", error)]))
+        # Last; a client resuming after it gets nothing more (never an event again).
+        end = {"run_id": run.run_id, "status": status.value}
+        closing.extend(fresh([StreamEvent(translation.next_id(), "end", end)]))
         yield closing
 
     async def final_values(self, tenant: str, run: RunRecord) -> dict[str, Any]:

@@ -32,7 +32,7 @@ async def thread_state(
     service: LangGraphService, tenant: str, record: ThreadRecord
 ) -> tuple[TaskInfo | None, dict[str, Any]]:
     """The thread's latest task and its state (``GET /threads/{id}/state``)."""
-    info = await service.latest_task(tenant, record.session_id)
+    info = await service.thread_task(tenant, record)
     values: dict[str, Any] = {}
     interrupts: list[dict[str, Any]] = []
     checkpoint = None

@@ -116,8 +116,13 @@ class RunTranslation:
         self.ended = True
         if "values" not in self.modes:
             return []
+        return [StreamEvent(self.next_id(), "values", self.values())]
+
+    def next_id(self) -> str:
+        """An id after every event so far (for the closing ``error`` and ``end``)."""
         entry_id, n = self._last
-        return [StreamEvent(f"{entry_id}.{n + 1}", "values", self.values())]
+        self._last = (entry_id, n + 1)
+        return f"{entry_id}.{n + 1}"
 
     def at_interrupt(self) -> bool:
         """Whether the entries read so far end this run at an interrupt block (a pause
