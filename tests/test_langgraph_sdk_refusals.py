@@ -27,6 +27,7 @@ from .support.api import TOKENS, api_harness, live_server
 from .support.boundary import ModelBoundary
 from .support.langgraph import (
     collect,
+    held,
     human,
     last_ai,
     model_inputs,
@@ -43,8 +44,7 @@ from .support.waiting import until
 async def test_reject_refuses_a_run_while_the_thread_is_busy(
     settings: Settings, boundary: ModelBoundary
 ) -> None:
-    boundary.hold()
-    with live_server(api_harness(settings, boundary)) as server:
+    with live_server(api_harness(settings, boundary)) as server, held(boundary):
         async with sdk(server.url) as client:
             tid = (await client.threads.create())["thread_id"]
             running = await client.runs.create(tid, "confirmed", input=human("first"))
@@ -80,8 +80,7 @@ async def test_reject_refuses_a_run_while_the_thread_is_busy(
 async def test_enqueue_runs_after_the_busy_run_in_order(
     settings: Settings, boundary: ModelBoundary
 ) -> None:
-    boundary.hold()
-    with live_server(api_harness(settings, boundary)) as server:
+    with live_server(api_harness(settings, boundary)) as server, held(boundary):
         async with sdk(server.url) as client:
             tid = (await client.threads.create())["thread_id"]
             first = await client.runs.create(tid, "confirmed", input=human("first"))
@@ -112,8 +111,7 @@ async def test_enqueue_runs_after_the_busy_run_in_order(
 async def test_interrupt_cancels_the_busy_run_then_runs(
     settings: Settings, boundary: ModelBoundary
 ) -> None:
-    boundary.hold()
-    with live_server(api_harness(settings, boundary)) as server:
+    with live_server(api_harness(settings, boundary)) as server, held(boundary):
         async with sdk(server.url) as client:
             tid = (await client.threads.create())["thread_id"]
             first = await client.runs.create(tid, "confirmed", input=human("first"))
@@ -235,13 +233,12 @@ async def test_bodies_the_dialect_cannot_honour_are_422_problems_naming_the_fiel
                     headers={"x-api-key": TOKENS["alpha"]},
                 )
             # A rollback cancel of a running run is refused, and the run goes on.
-            boundary.hold()
-            running = await client.runs.create(tid, "confirmed", input=human("kept"))
-            await until(lambda: boundary.in_flight() == 1, "the kept run's model call")
-            with pytest.raises(UnprocessableEntityError) as rollback:
-                await client.runs.cancel(tid, running["run_id"], action="rollback")
-            (kept_task,) = (c["task"] for c in boundary.calls() if texts(c)[-1] == "kept")
-            boundary.release()
+            with held(boundary):
+                running = await client.runs.create(tid, "confirmed", input=human("kept"))
+                await until(lambda: boundary.in_flight() == 1, "the kept run's model call")
+                with pytest.raises(UnprocessableEntityError) as rollback:
+                    await client.runs.cancel(tid, running["run_id"], action="rollback")
+                (kept_task,) = (c["task"] for c in boundary.calls() if texts(c)[-1] == "kept")
             kept = await client.runs.join(tid, running["run_id"])
             thread = await client.threads.get(tid)
 

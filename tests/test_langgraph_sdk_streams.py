@@ -22,6 +22,7 @@ from .support.langgraph import (
     STREAM_MODES,
     assert_unique_ids,
     collect,
+    held,
     human,
     last_ai,
     model_inputs,
@@ -45,8 +46,7 @@ async def _follow(stream: Any, into: list[StreamPart]) -> None:
 async def test_a_joined_stream_after_a_disconnect_has_no_gap_and_no_duplicate(
     settings: Settings, boundary: ModelBoundary
 ) -> None:
-    boundary.hold()
-    with live_server(api_harness(settings, boundary, profile=STREAMING)) as server:
+    with live_server(api_harness(settings, boundary, profile=STREAMING)) as server, held(boundary):
         async with sdk(server.url) as client:
             tid = (await client.threads.create())["thread_id"]
             # The client goes away after six parts (its connection closes); the run goes on.
@@ -109,8 +109,7 @@ async def test_a_joined_stream_after_a_disconnect_has_no_gap_and_no_duplicate(
 async def test_a_client_that_disconnects_with_on_disconnect_cancel_cancels_the_run(
     settings: Settings, boundary: ModelBoundary
 ) -> None:
-    boundary.hold()
-    with live_server(api_harness(settings, boundary, profile=STREAMING)) as server:
+    with live_server(api_harness(settings, boundary, profile=STREAMING)) as server, held(boundary):
         async with sdk(server.url) as client:
             tid = (await client.threads.create())["thread_id"]
             first = await collect(
@@ -137,8 +136,7 @@ async def test_a_client_that_disconnects_with_on_disconnect_cancel_cancels_the_r
 async def test_cancelling_a_streaming_run_ends_it_interrupted_and_stops_the_model(
     settings: Settings, boundary: ModelBoundary
 ) -> None:
-    boundary.hold()
-    with live_server(api_harness(settings, boundary, profile=STREAMING)) as server:
+    with live_server(api_harness(settings, boundary, profile=STREAMING)) as server, held(boundary):
         async with sdk(server.url) as client:
             tid = (await client.threads.create())["thread_id"]
             parts: list[StreamPart] = []

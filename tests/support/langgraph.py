@@ -10,8 +10,8 @@ environment leaks in. Observations of what ran come from the model boundary and 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
-from contextlib import aclosing
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import aclosing, contextmanager
 from typing import Any
 
 import httpx
@@ -20,6 +20,7 @@ from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.schema import StreamMode, StreamPart
 
 from .api import TOKENS, problem_of
+from .boundary import ModelBoundary
 
 STREAM_MODES: list[StreamMode] = ["values", "messages-tuple", "updates"]
 
@@ -27,6 +28,17 @@ STREAM_MODES: list[StreamMode] = ["values", "messages-tuple", "updates"]
 def sdk(url: str, tenant: str = "alpha") -> LangGraphClient:
     """The SDK's async client of ``url`` with ``tenant``'s key (sent as ``x-api-key``)."""
     return get_client(url=url, api_key=TOKENS[tenant])
+
+
+@contextmanager
+def held(boundary: ModelBoundary) -> Iterator[None]:
+    """The boundary holds model calls until released, and surely at exit: a test that
+    fails while a call is held still lets its server stop (it waits for open requests)."""
+    boundary.hold()
+    try:
+        yield
+    finally:
+        boundary.release()
 
 
 def human(*texts: str) -> dict[str, Any]:
