@@ -24,6 +24,7 @@ from agent_harness_protocol import (
     TaskStartUnconfirmedError,
 )
 from pydantic import BaseModel, ConfigDict, Field
+from redis.exceptions import RedisError
 from starlette.responses import JSONResponse
 
 from harness.errors import (
@@ -246,7 +247,9 @@ def problem_for(error: Exception) -> ProblemError | None:
             task_id=task_id,
             retry=Retry.UNSAFE,
         )
-    if isinstance(error, HarnessTransportError):
+    if isinstance(error, HarnessTransportError | RedisError):
+        # A Redis error a route let through (the LangGraph dialect's own records): every
+        # write that could leave work running is answered by its route instead.
         return ProblemError(
             ProblemType.TRANSPORT_ERROR,
             503,

@@ -6,28 +6,26 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials
+from fastapi.security import HTTPAuthorizationCredentials
 
 from ..auth import CHALLENGE, Tenants, bearer, unauthorized
 from ..problems import ProblemError, ProblemType
 from ..state import ApiState, api_state
 from .service import LangGraphService
 
-api_key = APIKeyHeader(
-    name="x-api-key",
-    auto_error=False,
-    scheme_name="x-api-key",
-    description="A tenant's token (AHP_API_TOKENS), as the LangGraph SDKs send it.",
-)
-
 
 async def lg_tenant(
     request: Request,
-    key: Annotated[str | None, Depends(api_key)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> str:
-    """FastAPI dependency: the tenant the request's key names (else 401)."""
-    presented = key if key else (None if credentials is None else credentials.credentials)
+    """FastAPI dependency: the tenant the request's key names (else 401). Every
+    credential the request presents must be valid and name the same tenant."""
+    # The SDKs' x-api-key is read here rather than declared as a second security scheme:
+    # the OpenAPI document keeps one scheme, the bearer token every route takes.
+    key = request.headers.get("x-api-key")
+    presented = [
+        value for value in (key, None if credentials is None else credentials.credentials) if value
+    ]
     if not presented:
         raise ProblemError(
             ProblemType.UNAUTHORIZED,
@@ -36,9 +34,11 @@ async def lg_tenant(
             headers={"WWW-Authenticate": CHALLENGE},
         )
     tenants: Tenants = request.app.state.tenants
-    name = tenants.tenant_of(presented)
-    if name is None:
+    names = {tenants.tenant_of(value) for value in presented}
+    if None in names or len(names) != 1:
         raise unauthorized("the API key is not valid")
+    (name,) = names
+    assert name is not None
     return name
 
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 
 from .access import Service, Tenant
 from .bodies import AssistantSearch
+from .openapi import AssistantId, answered
 from .service import not_found
 
 router = APIRouter(tags=["langgraph"])
@@ -37,7 +38,7 @@ def _of(service: Service) -> dict[str, Any]:
     return _assistant(profile.name, getattr(profile, "description", None) or None)
 
 
-@router.post("/assistants/search", summary="Search assistants")
+@router.post("/assistants/search", responses=answered(), summary="Search assistants")
 async def search_assistants(
     body: AssistantSearch, _: Tenant, service: Service
 ) -> list[dict[str, Any]]:
@@ -50,15 +51,17 @@ async def search_assistants(
     return [assistant][body.offset : body.offset + body.limit] if matches else []
 
 
-@router.get("/assistants/{assistant_id}", summary="Get an assistant")
-async def get_assistant(assistant_id: str, _: Tenant, service: Service) -> dict[str, Any]:
+@router.get("/assistants/{assistant_id}", responses=answered(404), summary="Get an assistant")
+async def get_assistant(assistant_id: AssistantId, _: Tenant, service: Service) -> dict[str, Any]:
     assistant = _of(service)
     if assistant_id != assistant["assistant_id"]:
         raise not_found("assistant", assistant_id)
     return assistant
 
 
-@router.get("/assistants/{assistant_id}/graph", summary="Get an assistant's graph")
+@router.get(
+    "/assistants/{assistant_id}/graph", responses=answered(404), summary="Get an assistant's graph"
+)
 async def get_graph(
     assistant_id: str, _: Tenant, service: Service, xray: str = "false"
 ) -> dict[str, Any]:

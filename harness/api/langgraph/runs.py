@@ -16,6 +16,7 @@ from ..problems import Issue, invalid
 from ..sse import EventStream, FinalChunk
 from .access import Service, Tenant
 from .bodies import RunCreate, ThreadCreate
+from .openapi import RunId, ThreadId, answered, empty, streamed
 from .records import RunRecord, ThreadRecord
 from .service import LangGraphService, Position, encode, shielded_cancel
 from .status import RunStatus
@@ -111,9 +112,9 @@ async def _wait(
 
 
 # -- runs on a thread -------------------------------------------------------------------
-@router.post("/threads/{thread_id}/runs", summary="Create a run")
+@router.post("/threads/{thread_id}/runs", responses=answered(404, 409, 413), summary="Create a run")
 async def create_run(
-    thread_id: str, body: RunCreate, tenant: Tenant, service: Service
+    thread_id: ThreadId, body: RunCreate, tenant: Tenant, service: Service
 ) -> JSONResponse:
     thread = await _thread_for_run(service, tenant, thread_id, body)
     record, _ = await service.create_run(tenant, thread, body)
@@ -121,9 +122,14 @@ async def create_run(
     return JSONResponse(run_json(record, await service.status(tenant, record)), headers=headers)
 
 
-@router.post("/threads/{thread_id}/runs/stream", summary="Create a run and stream it")
+@router.post(
+    "/threads/{thread_id}/runs/stream",
+    response_class=EventStream,
+    responses=streamed(404, 409, 413),
+    summary="Create a run and stream it",
+)
 async def stream_run(
-    thread_id: str, body: RunCreate, tenant: Tenant, service: Service
+    thread_id: ThreadId, body: RunCreate, tenant: Tenant, service: Service
 ) -> EventStream:
     thread = await _thread_for_run(service, tenant, thread_id, body)
     record, task = await service.create_run(tenant, thread, body)
@@ -131,9 +137,13 @@ async def stream_run(
     return _stream(service, tenant, record, body.modes(), None, cancel)
 
 
-@router.post("/threads/{thread_id}/runs/wait", summary="Create a run and wait for it")
+@router.post(
+    "/threads/{thread_id}/runs/wait",
+    responses=answered(404, 409, 413),
+    summary="Create a run and wait for it",
+)
 async def wait_run(
-    thread_id: str, body: RunCreate, tenant: Tenant, service: Service, request: Request
+    thread_id: ThreadId, body: RunCreate, tenant: Tenant, service: Service, request: Request
 ) -> JSONResponse:
     thread = await _thread_for_run(service, tenant, thread_id, body)
     record, _ = await service.create_run(tenant, thread, body)
@@ -141,21 +151,28 @@ async def wait_run(
 
 
 # -- stateless runs ---------------------------------------------------------------------
-@router.post("/runs", summary="Create a stateless run")
+@router.post("/runs", responses=answered(404, 413), summary="Create a stateless run")
 async def create_stateless(body: RunCreate, tenant: Tenant, service: Service) -> JSONResponse:
     record, _ = await service.create_run(tenant, None, body)
     headers = _locations(record, "stream")
     return JSONResponse(run_json(record, await service.status(tenant, record)), headers=headers)
 
 
-@router.post("/runs/stream", summary="Create a stateless run and stream it")
+@router.post(
+    "/runs/stream",
+    response_class=EventStream,
+    responses=streamed(404, 413),
+    summary="Create a stateless run and stream it",
+)
 async def stream_stateless(body: RunCreate, tenant: Tenant, service: Service) -> EventStream:
     record, task = await service.create_run(tenant, None, body)
     cancel = task if body.on_disconnect == "cancel" else None
     return _stream(service, tenant, record, body.modes(), None, cancel)
 
 
-@router.post("/runs/wait", summary="Create a stateless run and wait for it")
+@router.post(
+    "/runs/wait", responses=answered(404, 413), summary="Create a stateless run and wait for it"
+)
 async def wait_stateless(
     body: RunCreate, tenant: Tenant, service: Service, request: Request
 ) -> JSONResponse:
@@ -164,9 +181,9 @@ async def wait_stateless(
 
 
 # -- reading runs -----------------------------------------------------------------------
-@router.get("/threads/{thread_id}/runs", summary="List a thread's runs")
+@router.get("/threads/{thread_id}/runs", responses=answered(404), summary="List a thread's runs")
 async def list_runs(
-    thread_id: str,
+    thread_id: ThreadId,
     tenant: Tenant,
     service: Service,
     limit: Annotated[int, Query(ge=1, le=1000)] = 10,
@@ -185,15 +202,21 @@ async def list_runs(
     return listed[offset : offset + limit]
 
 
-@router.get("/threads/{thread_id}/runs/{run_id}", summary="Get a run")
-async def get_run(thread_id: str, run_id: str, tenant: Tenant, service: Service) -> dict[str, Any]:
+@router.get("/threads/{thread_id}/runs/{run_id}", responses=answered(404), summary="Get a run")
+async def get_run(
+    thread_id: ThreadId, run_id: RunId, tenant: Tenant, service: Service
+) -> dict[str, Any]:
     record = await service.run(tenant, thread_id, run_id)
     return run_json(record, await service.status(tenant, record))
 
 
-@router.get("/threads/{thread_id}/runs/{run_id}/join", summary="Wait for a run's end")
+@router.get(
+    "/threads/{thread_id}/runs/{run_id}/join",
+    responses=answered(404),
+    summary="Wait for a run's end",
+)
 async def join_run(
-    thread_id: str, run_id: str, tenant: Tenant, service: Service, request: Request
+    thread_id: ThreadId, run_id: RunId, tenant: Tenant, service: Service, request: Request
 ) -> JSONResponse:
     record = await service.run(tenant, thread_id, run_id)
     return await _wait(service, tenant, record, request, cancel=False)
@@ -216,10 +239,15 @@ def _modes(record: RunRecord, stream_mode: list[str] | None) -> frozenset[str]:
     return frozenset(given or record.stream_modes)
 
 
-@router.get("/threads/{thread_id}/runs/{run_id}/stream", summary="Join a run's stream")
+@router.get(
+    "/threads/{thread_id}/runs/{run_id}/stream",
+    response_class=EventStream,
+    responses=streamed(404),
+    summary="Join a run's stream",
+)
 async def join_stream(
-    thread_id: str,
-    run_id: str,
+    thread_id: ThreadId,
+    run_id: RunId,
     tenant: Tenant,
     service: Service,
     last_event_id: LastEventId = None,
@@ -233,9 +261,14 @@ async def join_stream(
     return _stream(service, tenant, record, _modes(record, stream_mode), after, task)
 
 
-@router.get("/runs/{run_id}/stream", summary="Join a run's stream (no thread given)")
+@router.get(
+    "/runs/{run_id}/stream",
+    response_class=EventStream,
+    responses=streamed(404),
+    summary="Join a run's stream (no thread given)",
+)
 async def join_stream_without_thread(
-    run_id: str,
+    run_id: RunId,
     tenant: Tenant,
     service: Service,
     last_event_id: LastEventId = None,
@@ -247,10 +280,17 @@ async def join_stream_without_thread(
     )
 
 
-@router.post("/threads/{thread_id}/runs/{run_id}/cancel", summary="Cancel a run")
+@router.post(
+    "/threads/{thread_id}/runs/{run_id}/cancel",
+    responses={
+        200: {"description": "wait=true: the final values."},
+        **empty(202, "Cancellation requested.", 404),
+    },
+    summary="Cancel a run",
+)
 async def cancel_run(
-    thread_id: str,
-    run_id: str,
+    thread_id: ThreadId,
+    run_id: RunId,
     tenant: Tenant,
     service: Service,
     request: Request,

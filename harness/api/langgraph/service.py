@@ -37,7 +37,7 @@ from wire.event_codec import INTERACTION_TAG
 from wire.store import BusyPolicy
 
 from ..models import PendingInteraction
-from ..problems import Issue, ProblemError, ProblemType, invalid, too_large
+from ..problems import Issue, ProblemError, ProblemType, Retry, invalid, too_large
 from ..state import ApiState
 from .bodies import RunCreate
 from .records import LangGraphRecords, RunRecord, ThreadRecord, now_ms
@@ -161,8 +161,24 @@ class LangGraphService:
             stateless=thread is None,
             created_ms=now_ms(),
         )
-        await self.records.save_run(tenant, record)
+        await self._save_started(tenant, record)
         return record, task
+
+    async def _save_started(self, tenant: str, record: RunRecord) -> None:
+        """Write the record of a run whose task started: if Redis refuses it, the task
+        runs without a run to read it by, which the client must be told (never retry)."""
+        try:
+            await self.records.save_run(tenant, record)
+        except RedisError:
+            raise ProblemError(
+                ProblemType.TRANSPORT_ERROR,
+                503,
+                f"the run's task {record.task_id} started, but its run record could not be "
+                f"written: do not repeat the request; GET /v1/tasks/{record.task_id} tells "
+                "what the task did",
+                task_id=record.task_id,
+                retry=Retry.UNSAFE,
+            ) from None
 
     def _admit(self, text: str) -> None:
         size = len(text.encode("utf-8"))
@@ -218,7 +234,7 @@ class LangGraphService:
             stateless=False,
             created_ms=now_ms(),
         )
-        await self.records.save_run(tenant, record)
+        await self._save_started(tenant, record)
         await self.records.touch_thread(tenant, thread)
         return record, task
 

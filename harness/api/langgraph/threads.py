@@ -17,6 +17,7 @@ from wire.narrowing import NarrowedSessionSpec
 from ..problems import Issue, ProblemError, ProblemType, invalid
 from .access import Service, Tenant
 from .bodies import ThreadCreate, ThreadSearch
+from .openapi import ThreadId, answered, empty
 from .records import ThreadExistsError, ThreadRecord, now_ms
 from .service import LangGraphService, interrupt_of_request
 from .status import thread_status
@@ -88,7 +89,7 @@ async def thread_json(
     }
 
 
-@router.post("/threads", summary="Create a thread")
+@router.post("/threads", responses=answered(409), summary="Create a thread")
 async def create_thread(body: ThreadCreate, tenant: Tenant, service: Service) -> dict[str, Any]:
     issues = [
         Issue(path=f"body.{name}", message=f"{name} is not supported")
@@ -136,21 +137,24 @@ async def create_thread(body: ThreadCreate, tenant: Tenant, service: Service) ->
     return await thread_json(service, tenant, record)
 
 
-@router.get("/threads/{thread_id}", summary="Get a thread")
-async def get_thread(thread_id: str, tenant: Tenant, service: Service) -> dict[str, Any]:
+@router.get("/threads/{thread_id}", responses=answered(404), summary="Get a thread")
+async def get_thread(thread_id: ThreadId, tenant: Tenant, service: Service) -> dict[str, Any]:
     return await thread_json(service, tenant, await service.thread(tenant, thread_id))
 
 
-@router.get("/threads/{thread_id}/state", summary="Get a thread's state")
-async def get_thread_state(thread_id: str, tenant: Tenant, service: Service) -> dict[str, Any]:
+@router.get("/threads/{thread_id}/state", responses=answered(404), summary="Get a thread's state")
+async def get_thread_state(thread_id: ThreadId, tenant: Tenant, service: Service) -> dict[str, Any]:
     _, state = await thread_state(service, tenant, await service.thread(tenant, thread_id))
     return state
 
 
 @router.delete(
-    "/threads/{thread_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a thread"
+    "/threads/{thread_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=empty(204, "Deleted.", 404),
+    summary="Delete a thread",
 )
-async def delete_thread(thread_id: str, tenant: Tenant, service: Service) -> Response:
+async def delete_thread(thread_id: ThreadId, tenant: Tenant, service: Service) -> Response:
     """Release the thread's session (its running run is cancelled within the cleanup
     budget) and delete the thread and its runs' records."""
     record = await service.thread(tenant, thread_id)
@@ -166,7 +170,7 @@ async def delete_thread(thread_id: str, tenant: Tenant, service: Service) -> Res
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.post("/threads/search", summary="Search threads")
+@router.post("/threads/search", responses=answered(), summary="Search threads")
 async def search_threads(
     body: ThreadSearch, tenant: Tenant, service: Service
 ) -> list[dict[str, Any]]:
