@@ -86,6 +86,7 @@ from agent_harness_protocol import (  # noqa: E402
     TextInput,
 )
 
+from bench import http_sdk_flows as sdk  # noqa: E402
 from bench.latency_throughput import _children, _proc_cpu, machine_busy, tree_cpu  # noqa: E402
 from bench.results_page import RESULTS_PAGE, printed_into_section  # noqa: E402
 from harness import CeleryHarness, CelerySession  # noqa: E402
@@ -327,6 +328,7 @@ BASELINE = {
     "http-wait": "harness",
     "http-run-stream": "harness-run-stream",
     "http-run-wait": "harness-run",
+    **sdk.BASELINE,
 }
 """Each HTTP flow's harness flow: the same work in the caller's process (the same
 sessions, and every event delivered to the caller for the streaming flows)."""
@@ -364,7 +366,7 @@ def _created_session(event: bytes) -> str:
     return str(json.loads(data).get("session_id", "")) if kind == "task_created" else ""
 
 
-Path_ = HarnessPath | HttpPath | RoundTripPath
+Path_ = HarnessPath | HttpPath | RoundTripPath | sdk.SdkPath | sdk.LangGraphHttpPath
 
 
 # -- scenarios ----------------------------------------------------------------------------
@@ -544,6 +546,10 @@ class ApiServer:
         raise RuntimeError(f"the API did not answer; see {self.log}")
 
     @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
     def pid(self) -> int:
         assert self.process is not None
         return self.process.pid
@@ -609,11 +615,13 @@ async def run(plan: Plan, log_dir: Path, show_rounds: bool = False) -> int:
             async with (
                 CeleryHarness(settings) as harness,
                 aiohttp.ClientSession(
-                    f"http://127.0.0.1:{api.port}",
+                    api.url,
                     headers={"Authorization": f"Bearer {TOKEN}"},
                     timeout=aiohttp.ClientTimeout(total=60),
                     connector=aiohttp.TCPConnector(limit=200),
                 ) as client,
+                sdk.sdk_client(api.url, TOKEN) as sdk_client,
+                sdk.lg_client(api.url, TOKEN) as lg_client,
             ):
                 paths: list[Path_] = [
                     HarnessPath(harness),
@@ -624,6 +632,12 @@ async def run(plan: Plan, log_dir: Path, show_rounds: bool = False) -> int:
                     HarnessPath(harness, single_task=True, stream=True),
                     HttpPath(client, stream=True, run=True),
                     HttpPath(client, stream=False, run=True),
+                    # The LangGraph dialect: the SDK's client, then the same requests
+                    # through aiohttp (see bench/http_sdk_flows.py).
+                    sdk.SdkPath(sdk_client, settings.profile, PROMPT, run=False),
+                    sdk.SdkPath(sdk_client, settings.profile, PROMPT, run=True),
+                    sdk.LangGraphHttpPath(lg_client, settings.profile, PROMPT, run=False),
+                    sdk.LangGraphHttpPath(lg_client, settings.profile, PROMPT, run=True),
                 ]
                 quiet = Quiet(redis_server.url, Keys(settings.namespace))
                 two_requests = [
@@ -703,12 +717,13 @@ def _print(latency: dict[str, list[float]], throughput: dict[str, Throughput], p
             f"  {name:15} latency added {added * 100:+5.1f} % (target <= +20 %): "
             f"{'met' if added <= 0.20 else 'NOT met'};  throughput kept {kept * 100:5.1f} % "
             f"(target >= 80 %): {'met' if kept >= 0.80 else 'NOT met'}"
+            + (f"  [{sdk.CLIENT[name]}]" if name in sdk.CLIENT else "")
         )
     print(
         f"  vs the LangGraph Agent Server's create-run-and-stream (quoted, not measured here: "
         f"~{LANGGRAPH_SERVER_RUN_S:.0f} s/run, {LANGGRAPH_SERVER_RUNS_PER_S:.0f} runs/s):"
     )
-    for name in ("http-stream", "http-run-stream"):
+    for name in ("http-stream", "http-run-stream", "sdk-stream", "sdk-run-stream"):
         median = statistics.median(latency[name])
         print(
             f"  {name:15} {LANGGRAPH_SERVER_RUN_S / median:.0f}x lower latency, "

@@ -166,7 +166,8 @@ async def test_the_http_benchmark_runs_every_flow_to_completion(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``bench/http_vs_harness.py`` on a tiny plan: its own Redis, workers and API; every
-    flow's tasks complete (a failed or refused one makes the run exit 1)."""
+    flow's tasks complete (a failed or refused one makes the run exit 1), the LangGraph
+    dialect's through ``langgraph-sdk`` and through aiohttp included."""
     from bench import http_vs_harness
 
     tiny = http_vs_harness.Plan(latency_samples=2, sessions=2, turns=2, warm_up=1, rounds=1)
@@ -184,8 +185,14 @@ async def test_the_http_benchmark_runs_every_flow_to_completion(
         "http-stream-2req",
         "http-wait-2req",
         "http-round-trip",
+        "sdk-stream",
+        "sdk-run-stream",
+        "lg-stream",
+        "lg-run-stream",
     ):
         assert f"  {flow} " in printed, flow
+    for flow in ("sdk-stream", "sdk-run-stream", "lg-stream", "lg-run-stream"):
+        assert f"  {flow} " in printed.split("targets")[1], flow  # each with its target
     assert "FAILURES" not in printed
     assert not http_vs_harness.FAILURES
 
