@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.errors import ConflictError, NotFoundError
@@ -276,3 +277,21 @@ async def test_the_sync_client_speaks_the_same_dialect(
     assert {p.event for p in parts} == {"metadata", "values", "end"}
     assert text_of(last_ai(state["values"])) == "native-result"
     assert model_inputs(boundary.calls()) == ["sync"]
+
+
+async def test_a_run_on_an_unknown_thread_is_404_unless_it_may_create_it(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    with live_server(api_harness(settings, boundary)) as server:
+        async with sdk(server.url) as client:
+            with pytest.raises(httpx.HTTPStatusError) as unknown:
+                await client.runs.wait("no-such-thread", "confirmed", input=human("lost"))
+            made = await client.runs.wait(
+                "made-by-its-run", "confirmed", input=human("made"), if_not_exists="create"
+            )
+            thread = await client.threads.get("made-by-its-run")
+    problem(unknown.value, 404)
+    assert isinstance(made, dict)
+    assert text_of(last_ai(made)) == "native-result"
+    assert thread["status"] == "idle"
+    assert model_inputs(boundary.calls()) == ["made"]

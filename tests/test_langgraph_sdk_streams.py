@@ -177,3 +177,30 @@ async def test_cancelling_a_streaming_run_ends_it_interrupted_and_stops_the_mode
     calls = boundary.calls()
     assert model_inputs(calls) == ["cancel me", "after the cancel"]
     assert calls[1]["task"] != task_id
+
+
+async def test_deleting_a_thread_cancels_its_run_and_cancel_can_wait_for_the_end(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    with live_server(api_harness(settings, boundary)) as server, held(boundary):
+        async with sdk(server.url) as client:
+            # cancel(wait=True): the run's final values once it ended.
+            tid = (await client.threads.create())["thread_id"]
+            run = await client.runs.create(tid, "confirmed", input=human("cancel and wait"))
+            await until(lambda: boundary.in_flight() == 1, "the first run's model call")
+            waited_task = str(boundary.calls()[0]["task"])
+            # (Typed as returning None; with wait=True it returns the join's body.)
+            cancel: Any = client.runs.cancel
+            values = await cancel(tid, run["run_id"], wait=True)
+            assert boundary.was_cancelled(waited_task)
+            assert (await client.runs.get(tid, run["run_id"]))["status"] == "interrupted"
+            # Deleting a thread cancels the run it is running.
+            doomed = (await client.threads.create())["thread_id"]
+            await client.runs.create(doomed, "confirmed", input=human("deleted under it"))
+            await until(lambda: len(boundary.calls()) == 2, "the second run's model call")
+            doomed_task = str(boundary.calls()[1]["task"])
+            await client.threads.delete(doomed)
+            await until(lambda: boundary.was_cancelled(doomed_task), "the deleted run's cancel")
+            await until(lambda: boundary.in_flight() == 0, "the model calls to stop")
+    assert isinstance(values, dict)
+    assert model_inputs(boundary.calls()) == ["cancel and wait", "deleted under it"]
