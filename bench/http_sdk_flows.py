@@ -32,9 +32,9 @@ import aiohttp
 from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 
+from bench.http_paths import ONE_REQUEST
+
 STREAM_MODE = ["values", "messages-tuple"]
-ONE_REQUEST = ""
-"""The "thread" of a stateless run: each run has a session of its own."""
 
 
 class Counts(Protocol):
