@@ -168,11 +168,19 @@ async def test_a_thread_is_one_conversation_and_wait_returns_its_values(
     with live_server(api_harness(settings, boundary)) as server:
         async with sdk(server.url) as client:
             tid = (await client.threads.create())["thread_id"]
-            first = await client.runs.wait(tid, "confirmed", input=human("first turn"))
+            created: list[Any] = []
+            first = await client.runs.wait(
+                tid,
+                "confirmed",
+                input=human("first turn"),
+                metadata={"turn": 1},
+                on_run_created=created.append,
+            )
             # A message given with LangChain's `type` rather than `role`.
             typed_human: Any = {"messages": [{"type": "human", "content": "second"}]}
             second = await client.runs.wait(tid, "confirmed", input=typed_human)
             runs = await client.runs.list(tid)
+            first_run = await client.runs.get(tid, created[0]["run_id"])
             thread = await client.threads.get(tid)
     assert isinstance(first, dict)
     assert isinstance(second, dict)
@@ -181,6 +189,7 @@ async def test_a_thread_is_one_conversation_and_wait_returns_its_values(
     assert {run["status"] for run in runs} == {"success"}
     assert len(runs) == 2
     assert thread["status"] == "idle"
+    assert first_run["metadata"] == {"turn": 1}
     # At the model: two calls, the second on the first turn's context.
     calls = boundary.calls()
     assert model_inputs(calls) == ["first turn", "second"]
@@ -295,3 +304,21 @@ async def test_a_run_on_an_unknown_thread_is_404_unless_it_may_create_it(
     assert text_of(last_ai(made)) == "native-result"
     assert thread["status"] == "idle"
     assert model_inputs(boundary.calls()) == ["made"]
+
+
+async def test_ahp_events_without_a_langgraph_name_stream_as_custom(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    # "metered": each model call reports 7 input and 3 output tokens.
+    with live_server(api_harness(settings, boundary, profile="metered")) as server:
+        async with sdk(server.url) as client:
+            tid = (await client.threads.create())["thread_id"]
+            parts = await collect(
+                client.runs.stream(tid, "metered", input=human("count"), stream_mode="custom")
+            )
+    assert parts[0].event == "metadata"
+    assert parts[-1].event == "end"
+    custom = [p.data for p in parts[1:-1]]
+    assert {p.event for p in parts[1:-1]} == {"custom"}
+    assert "usage_changed" in {event["ahp_event"] for event in custom}
+    assert model_inputs(boundary.calls()) == ["count"]

@@ -23,7 +23,7 @@ from langgraph_sdk.errors import (
 
 from wire.settings import Settings
 
-from .support.api import TOKENS, api_harness, live_server
+from .support.api import TOKENS, api_harness, live_server, problem_of
 from .support.boundary import ModelBoundary
 from .support.langgraph import (
     collect,
@@ -204,6 +204,12 @@ REFUSED_RUNS: dict[str, tuple[dict[str, Any], str]] = {
     "after_seconds": ({"after_seconds": 5}, "after_seconds"),
     "stream_subgraphs": ({"stream_subgraphs": True}, "stream_subgraphs"),
     "config": ({"config": {"configurable": {"x": 1}}}, "config"),
+    "context": ({"context": {"user": "ada"}}, "context"),
+    "checkpoint": ({"checkpoint": {"checkpoint_id": "c-1"}}, "checkpoint"),
+    "interrupt_after": ({"interrupt_after": ["agent"]}, "interrupt_after"),
+    "feedback_keys": ({"feedback_keys": ["score"]}, "feedback_keys"),
+    "durability": ({"durability": "sync"}, "durability"),
+    "langsmith_tracer": ({"langsmith_tracing": {"project_name": "p"}}, "langsmith_tracer"),
 }
 
 
@@ -232,6 +238,12 @@ async def test_bodies_the_dialect_cannot_honour_are_422_problems_naming_the_fiel
                     json={"assistant_id": 5, "input": []},
                     headers={"x-api-key": TOKENS["alpha"]},
                 )
+                # A field no SDK sends is not silently ignored either.
+                unknown = await raw.post(
+                    f"/threads/{tid}/runs",
+                    json={"assistant_id": "confirmed", "input": human("x"), "temperature": 1},
+                    headers={"x-api-key": TOKENS["alpha"]},
+                )
             # A rollback cancel of a running run is refused, and the run goes on.
             with held(boundary):
                 running = await client.runs.create(tid, "confirmed", input=human("kept"))
@@ -250,6 +262,8 @@ async def test_bodies_the_dialect_cannot_honour_are_422_problems_naming_the_fiel
     assert "ttl" in json.dumps(problem(ttl.value, 422))
     assert malformed.status_code == 422
     assert malformed.headers["content-type"].startswith("application/problem+json")
+    assert unknown.status_code == 422, unknown.text
+    assert "temperature" in json.dumps(problem_of(unknown))
     assert "action" in json.dumps(problem(rollback.value, 422))
     assert text_of(last_ai(kept)) == "native-result"
     assert not boundary.was_cancelled(str(kept_task))
