@@ -48,8 +48,9 @@ def _header(request: bytes, name: str) -> str | None:
     return None if found is None else found.group(1).decode()
 
 
+@pytest.mark.parametrize("stateless", [False, True], ids=["thread", "stateless"])
 async def test_the_sdk_resumes_a_dropped_stream_from_its_last_event(
-    settings: Settings, boundary: ModelBoundary
+    settings: Settings, boundary: ModelBoundary, stateless: bool
 ) -> None:
     with (
         live_server(api_harness(settings, boundary, profile=STREAMING)) as server,
@@ -60,12 +61,13 @@ async def test_the_sdk_resumes_a_dropped_stream_from_its_last_event(
             sdk(server.url) as direct,
             get_client(url=proxy.url, api_key=TOKENS["alpha"]) as client,
         ):
-            tid = (await direct.threads.create())["thread_id"]
+            # A stateless run's stream reconnects through its session, named as a thread.
+            given = None if stateless else (await direct.threads.create())["thread_id"]
             parts: list[StreamPart] = []
             seen_at_drop = 0
             # (An async generator: aclosing closes its connection however the loop ends.)
             stream: Any = client.runs.stream(
-                tid, STREAMING, input=human("drop me"), stream_mode=STREAM_MODES
+                given, STREAMING, input=human("drop me"), stream_mode=STREAM_MODES
             )
             async with aclosing(stream) as open_stream:
                 async for part in open_stream:
@@ -76,6 +78,7 @@ async def test_the_sdk_resumes_a_dropped_stream_from_its_last_event(
                         proxy.drop()
                         boundary.release()
             rid = run_id_of(parts)
+            tid = str(parts[0].data["thread_id"])
             replay = await collect(direct.runs.join_stream(tid, rid, last_event_id="-1"))
 
     assert replay[-1].event == "end"
