@@ -274,11 +274,15 @@ class LangGraphService:
         firsts = [
             r for r in await self.records.runs(tenant, run.thread_id) if r.start == FIRST_ENTRY
         ]
+        tasks = [record.task_id for record in firsts]
+        earlier = firsts[: tasks.index(run.task_id)] if run.task_id in tasks else firsts
+        # Replay only from the latest earlier task whose own base is known (each run
+        # records its base when first read): one task's stream, not the thread's.
+        known = [i for i, record in enumerate(earlier) if record.base is not None]
+        start = known[-1] if known else 0
         carried: tuple[dict[str, Any], ...] = ()
         settled = True
-        for record in firsts:
-            if record.task_id == run.task_id:
-                break
+        for record in earlier[start:]:
             if record.base is not None:
                 carried = record.base
             translation = RunTranslation(
