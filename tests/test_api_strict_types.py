@@ -24,6 +24,11 @@ VALID_BODIES: Mapping[str, dict[str, Any]] = {
     "StartTask": {"input": "x"},
     "RunTask": {"input": "x"},
     "Interaction": {"response": {"kind": "answer", "text": "x"}},
+    # The LangGraph SDK dialect's bodies (harness/api/langgraph/bodies.py).
+    "ThreadCreate": {},
+    "ThreadSearch": {},
+    "AssistantSearch": {},
+    "RunCreate": {"assistant_id": "x", "input": {"messages": [{"role": "user", "content": "x"}]}},
 }
 """A body each request schema accepts; the cases change one field of it."""
 
@@ -73,7 +78,9 @@ def _types(schema: Mapping[str, Any], document: Mapping[str, Any]) -> set[str]:
 
 def _wrong_values(admitted: set[str]) -> Iterator[Any]:
     """The values of :data:`VALUES` whose JSON type the field does not admit (an
-    integer is a number too)."""
+    integer is a number too); none for a field that admits any (an empty set)."""
+    if not admitted:
+        return
     if "number" in admitted:
         admitted = admitted | {"integer"}
     for value in VALUES:
@@ -132,7 +139,14 @@ async def test_a_value_of_the_wrong_json_type_is_refused_for_every_field_and_wri
         tried = 0
         accepted: list[str] = []
         for method, template, schema_name in operations:
-            url = template.format(session_id=session_id, task_id="t" * 32, interaction_id="i" * 32)
+            url = template.format(
+                session_id=session_id,
+                task_id="t" * 32,
+                interaction_id="i" * 32,
+                thread_id=session_id,
+                run_id="r" * 32,
+                assistant_id="a",
+            )
             for field, body in _cases(schema_name, document):
                 response = await client.request(
                     method,

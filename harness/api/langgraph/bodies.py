@@ -31,7 +31,9 @@ UNSUPPORTED_RUN_FIELDS = (
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Strict as the ``/v1`` bodies are: ``"yes"`` is no boolean, ``"5"`` no integer."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ThreadCreate(_Body):

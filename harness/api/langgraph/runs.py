@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from harness.task import CeleryTask
-from wire.codec import loads
+from wire.codec import dumps, loads
 
-from ..problems import Issue, invalid
+from ..problems import Issue, ProblemError, invalid
 from ..sse import EventStream, FinalChunk
 from .access import Service, Tenant
 from .bodies import RunCreate, ThreadCreate
@@ -22,6 +25,8 @@ from .service import LangGraphService, Position, encode, shielded_cancel
 from .status import RunStatus
 from .threads import create_thread, iso
 from .translate import MODES, event_position
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["langgraph"])
 
@@ -98,17 +103,49 @@ def _stream(
     return EventStream(body(), headers=_locations(record, "stream"))
 
 
+WAIT_KEEPALIVE = timedelta(seconds=5)
+"""How often a waiting response (``runs.wait``, ``join``, ``cancel(wait=True)``) sends a
+newline while the run goes on, as langgraph-api does: proxies keep the connection open,
+and the status and ``Location`` are out at once, so a body cut off is fetched again."""
+
+
 async def _wait(
     service: LangGraphService, tenant: str, record: RunRecord, request: Request, cancel: bool
-) -> JSONResponse:
+) -> StreamingResponse:
+    """Answer at once with the status and the ``Location`` to fetch again (the run's
+    ``join``), then newlines while the run goes on, then the final values as JSON
+    (whitespace before a JSON value is JSON)."""
     task = await service.api.handles.task(tenant, record.task_id) if cancel else None
-    try:
-        values = await service.final_values(tenant, record)
-    except BaseException:
-        if task is not None:
-            await shielded_cancel(service, task)
-        raise
-    return JSONResponse(values, headers=_locations(record, "join"))
+
+    async def body() -> AsyncIterator[bytes]:
+        waiting = asyncio.ensure_future(service.final_values(tenant, record))
+        try:
+            while True:
+                done, _ = await asyncio.wait({waiting}, timeout=WAIT_KEEPALIVE.total_seconds())
+                if done:
+                    break
+                yield b"\n"
+            try:
+                values = waiting.result()
+            except Exception as error:  # the status is out: the SDK reads ``__error__``
+                log.exception("run %s: waiting for its values failed", record.run_id)
+                values = {"__error__": _error_of(error)}
+            yield dumps(values).encode()
+        except BaseException:
+            waiting.cancel()
+            if task is not None:
+                await shielded_cancel(service, task)
+            raise
+
+    return StreamingResponse(
+        body(), media_type="application/json", headers=_locations(record, "join")
+    )
+
+
+def _error_of(error: Exception) -> dict[str, str]:
+    if isinstance(error, ProblemError):
+        return {"error": error.kind.value, "message": error.detail}
+    return {"error": type(error).__name__, "message": str(error)}
 
 
 # -- runs on a thread -------------------------------------------------------------------
@@ -144,7 +181,7 @@ async def stream_run(
 )
 async def wait_run(
     thread_id: ThreadId, body: RunCreate, tenant: Tenant, service: Service, request: Request
-) -> JSONResponse:
+) -> StreamingResponse:
     thread = await _thread_for_run(service, tenant, thread_id, body)
     record, _ = await service.create_run(tenant, thread, body)
     return await _wait(service, tenant, record, request, body.on_disconnect == "cancel")
@@ -175,7 +212,7 @@ async def stream_stateless(body: RunCreate, tenant: Tenant, service: Service) ->
 )
 async def wait_stateless(
     body: RunCreate, tenant: Tenant, service: Service, request: Request
-) -> JSONResponse:
+) -> StreamingResponse:
     record, _ = await service.create_run(tenant, None, body)
     return await _wait(service, tenant, record, request, body.on_disconnect == "cancel")
 
@@ -217,7 +254,7 @@ async def get_run(
 )
 async def join_run(
     thread_id: ThreadId, run_id: RunId, tenant: Tenant, service: Service, request: Request
-) -> JSONResponse:
+) -> StreamingResponse:
     record = await service.run(tenant, thread_id, run_id)
     return await _wait(service, tenant, record, request, cancel=False)
 
