@@ -1,7 +1,7 @@
 """The official LangGraph JS client (``@langchain/langgraph-sdk`` 1.15.0, pinned with its
-peer ``@langchain/core`` by ``tests/js/package-lock.json``) run by ``node`` against the
-API over a real socket (issue 22): a thread, a streamed run with the modes useStream
-asks for, and a join of its stream from the start.
+peer ``@langchain/core`` by ``tests/js/package-lock.json``) run by ``node`` against an
+``ahp-celery api`` process, as a deployment runs it (issue 22): a thread, a streamed run
+with the modes useStream asks for, and a join of its stream from the start.
 
 ``tests/js/flows.mjs`` drives the client and prints one JSON line per step. Without
 ``tests/js/node_modules`` the test installs the lockfile itself (``npm ci``). Without
@@ -22,7 +22,7 @@ import pytest
 
 from wire.settings import Settings
 
-from .support.api import TOKENS, api_harness, live_server
+from .support.api import TOKENS, api_process
 from .support.boundary import ModelBoundary
 from .support.langgraph import assert_unique_ids, model_inputs, text_of
 
@@ -83,12 +83,14 @@ def _client_environment() -> dict[str, str]:
 
 
 async def test_the_js_client_streams_a_run_on_a_thread_and_joins_its_stream(
-    settings: Settings, boundary: ModelBoundary
+    settings: Settings, boundary: ModelBoundary, tmp_path: Path
 ) -> None:
     node = await _installed()
-    # "slow": twenty chunks then the reply, each streamed as the model produces it.
-    with live_server(api_harness(settings, boundary, profile="slow")) as server:
-        code, out, err = await _run(node, str(FLOWS), server.url, "slow", env=_client_environment())
+    # "slow" (the assistant the flows name): twenty chunks then the reply, each streamed
+    # as the model produces it. The API process's runs carry no boundary scope: the
+    # boundary sees the unscoped calls made since it was opened.
+    async with api_process(settings, tmp_path / "api.log", {"AHP_PROFILE": "slow"}) as api:
+        code, out, err = await _run(node, str(FLOWS), api.url, "slow", env=_client_environment())
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert code == 0, f"flows.mjs exited {code}:\n{out}\n{err}"
     steps: dict[str, list[dict[str, Any]]] = {}
