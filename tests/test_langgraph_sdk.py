@@ -322,3 +322,34 @@ async def test_ahp_events_without_a_langgraph_name_stream_as_custom(
     assert {p.event for p in parts[1:-1]} == {"custom"}
     assert "usage_changed" in {event["ahp_event"] for event in custom}
     assert model_inputs(boundary.calls()) == ["count"]
+
+
+async def test_a_stateless_run_kept_on_completion_leaves_a_thread_to_go_on_with(
+    settings: Settings, boundary: ModelBoundary
+) -> None:
+    with live_server(api_harness(settings, boundary)) as server:
+        async with sdk(server.url) as client:
+            created: list[Any] = []
+            first = await client.runs.wait(
+                None,
+                "confirmed",
+                input=human("kept"),
+                on_completion="keep",
+                on_run_created=created.append,
+            )
+            tid = created[0]["thread_id"]
+            thread = await client.threads.get(tid)
+            state = await client.threads.get_state(tid)
+            second = await client.runs.wait(tid, "confirmed", input=human("and more"))
+            runs = await client.runs.list(tid)
+    assert isinstance(first, dict)
+    assert thread["thread_id"] == tid
+    assert thread["status"] == "idle"
+    assert text_of(last_ai(state["values"])) == "native-result"
+    assert isinstance(second, dict)
+    assert [m["type"] for m in second["messages"]] == ["human", "ai", "human", "ai"]
+    assert len(runs) == 2
+    # The second run went on with the first one's conversation, at the model.
+    calls = boundary.calls()
+    assert model_inputs(calls) == ["kept", "and more"]
+    assert "kept" in texts(calls[1])

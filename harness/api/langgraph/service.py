@@ -135,10 +135,11 @@ class LangGraphService:
             started = await start_run(
                 self.api.harness, spec, request, tenant=tenant, keep=body.on_completion == "keep"
             )
-            if body.on_completion == "keep":
-                self.api.handles.add_session(tenant, started.session)
             task = started.task
             thread_id, base = started.session.id.value, ()
+            if body.on_completion == "keep":
+                self.api.handles.add_session(tenant, started.session)
+                await self._keep_thread(tenant, thread_id, task.id.value)
         else:
             session = await self.api.handles.session(tenant, thread.session_id)
             task = await self._start_on_thread(
@@ -158,11 +159,37 @@ class LangGraphService:
             stream_modes=tuple(sorted(body.modes())),
             input_text=text,
             base=base,
-            stateless=thread is None,
+            # A kept run's session is a thread now: its run is announced under it.
+            stateless=thread is None and body.on_completion != "keep",
             created_ms=now_ms(),
         )
         await self._save_started(tenant, record)
         return record, task
+
+    async def _keep_thread(self, tenant: str, session_id: str, task_id: str) -> None:
+        """The thread a stateless run kept on completion leaves (``on_completion: keep``):
+        its session, readable and runnable as any thread."""
+        try:
+            token = await self.records.reserve_thread(tenant, session_id)
+            created = now_ms()
+            record = ThreadRecord(
+                thread_id=session_id,
+                session_id=session_id,
+                metadata={},
+                created_ms=created,
+                updated_ms=created,
+            )
+            await self.records.create_thread(tenant, record, token)
+        except RedisError:
+            raise ProblemError(
+                ProblemType.TRANSPORT_ERROR,
+                503,
+                f"the run's task {task_id} started, but its thread {session_id} could not be "
+                f"written: do not repeat the request; GET /v1/tasks/{task_id} tells what the "
+                "task did",
+                task_id=task_id,
+                retry=Retry.UNSAFE,
+            ) from None
 
     async def _save_started(self, tenant: str, record: RunRecord) -> None:
         """Write the record of a run whose task started: if Redis refuses it, the task
