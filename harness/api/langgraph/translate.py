@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import HumanMessage, ToolMessage
 
 from wire.codec import loads
 from wire.event_codec import INTERACTION_TAG, RELAYED_NAMES, SEMANTIC, TERMINAL_TAG
@@ -43,6 +43,32 @@ class StreamEvent:
 
 def human_message(text: str, message_id: str) -> dict[str, Any]:
     return HumanMessage(content=text, id=message_id).model_dump()
+
+
+def ai_message(text: str, message_id: str | None) -> dict[str, Any]:
+    """``AIMessage(content=text, id=message_id).model_dump()``, without building the
+    model (one per message of every run read; ``tests/test_langgraph_translate.py``
+    holds the two equal)."""
+    return {
+        "content": text,
+        "additional_kwargs": {},
+        "response_metadata": {},
+        "type": "ai",
+        "name": None,
+        "id": message_id,
+        "tool_calls": [],
+        "invalid_tool_calls": [],
+        "usage_metadata": None,
+    }
+
+
+def _event_names(modes: frozenset[str]) -> frozenset[str]:
+    """The event names a stream in ``modes`` carries (``messages-tuple`` sends
+    ``messages``)."""
+    names = {"metadata"} | (modes & {"custom", "values", "updates"})
+    if "messages-tuple" in modes:
+        names.add("messages")
+    return frozenset(names)
 
 
 def interrupt_of(payload: InteractionPayload) -> dict[str, Any]:
@@ -73,10 +99,17 @@ class RunTranslation:
     _live: bool = False
     _pausing: bool = False
     _last: tuple[str, int] = ("0-0", 0)
+    _names: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         self.messages = [*self.base, human_message(self.input_text, f"{self.task_id}-input")]
         self._last = (self.start, -1)
+        self._names = _event_names(self.modes)
+
+    def _wants(self, name: str) -> bool:
+        """Whether the entry being read makes a ``name`` event (before the run's start
+        the entries only build the thread's state)."""
+        return self._live and name in self._names
 
     def values(self) -> dict[str, Any]:
         values: dict[str, Any] = {"messages": list(self.messages)}
@@ -130,8 +163,7 @@ class RunTranslation:
         return self._live and self._pausing and not self.ended
 
     def _numbered(self, entry_id: str, events: list[tuple[str, Any]]) -> list[StreamEvent]:
-        names = self._names()
-        kept = [event for event in events if event[0] in names]
+        kept = [event for event in events if event[0] in self._names]
         numbered = [
             StreamEvent(entry_id if n == 0 else f"{entry_id}.{n}", name, data)
             for n, (name, data) in enumerate(kept)
@@ -141,18 +173,6 @@ class RunTranslation:
         elif self._last[0] != entry_id:
             self._last = (entry_id, -1)
         return numbered
-
-    def _names(self) -> set[str]:
-        names = {"metadata"}
-        if "custom" in self.modes:
-            names.add("custom")
-        if "values" in self.modes:
-            names.add("values")
-        if "updates" in self.modes:
-            names.add("updates")
-        if "messages-tuple" in self.modes:
-            names.add("messages")
-        return names
 
     def _translate(self, fields: dict[str, str]) -> Iterator[tuple[str, Any]]:
         kind, tag, payload = fields.get("k", ""), fields.get("t", ""), fields.get("d", "")
@@ -164,6 +184,8 @@ class RunTranslation:
             return
         if tag == "delta" and isinstance(data, dict):
             self._step += 1
+            if not self._wants("messages"):
+                return
             chunk = {
                 "type": "AIMessageChunk",
                 "content": data.get("text", ""),
@@ -178,12 +200,12 @@ class RunTranslation:
             }
             yield "messages", [chunk, self._metadata("agent")]
         elif tag == "message" and isinstance(data, dict):
-            message = AIMessage(
-                content=data.get("text", ""), id=data.get("message_id")
-            ).model_dump()
+            message = ai_message(data.get("text", ""), data.get("message_id"))
             self.messages.append(message)
-            yield "updates", {"agent": {"messages": [message]}}
-            yield "values", self.values()
+            if self._wants("updates"):
+                yield "updates", {"agent": {"messages": [message]}}
+            if self._wants("values"):
+                yield "values", self.values()
         elif tag == "tool" and isinstance(data, dict):
             yield from self._tool(data)
         elif tag == INTERACTION_TAG and isinstance(data, dict):
@@ -197,7 +219,8 @@ class RunTranslation:
             self.terminal = True
             self.ended = True
             self.interrupts = []
-            yield "values", self.values()
+            if self._wants("values"):
+                yield "values", self.values()
         elif tag in _CUSTOM_TAGS:
             yield (
                 "custom",
@@ -219,7 +242,7 @@ class RunTranslation:
             }
             last = self.messages[-1] if self.messages else None
             if last is None or last.get("type") != "ai":
-                last = AIMessage(content="", id=f"{work_id}-call").model_dump()
+                last = ai_message("", f"{work_id}-call")
                 self.messages.append(last)
             else:
                 last = dict(last)
@@ -236,8 +259,10 @@ class RunTranslation:
                 status="success" if status == "completed" else "error",
             ).model_dump()
             self.messages.append(message)
-            yield "updates", {"tools": {"messages": [message]}}
-            yield "values", self.values()
+            if self._wants("updates"):
+                yield "updates", {"tools": {"messages": [message]}}
+            if self._wants("values"):
+                yield "values", self.values()
 
     def _metadata(self, node: str) -> dict[str, Any]:
         return {
@@ -273,6 +298,7 @@ __all__ = [
     "RunTranslation",
     "StreamEvent",
     "after",
+    "ai_message",
     "event_position",
     "human_message",
     "interrupt_of",
