@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -58,6 +58,10 @@ class ThreadExistsError(Exception):
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+_WALK_PAGE = 8
+"""Run records read per round trip by :meth:`LangGraphRecords.newest_first`."""
 
 
 class LangGraphRecords:
@@ -170,6 +174,22 @@ class LangGraphRecords:
             str(m)
             for m in await self._redis.zrange(self._keys.lg_thread_runs(tenant, thread_id), 0, -1)
         ]
+
+    async def newest_first(
+        self, tenant: str, thread_id: str, *, before: str | None = None
+    ) -> AsyncIterator[RunRecord]:
+        """The thread's runs whose records still exist, newest first (those created
+        before run ``before`` if given), read a page at a time: a walk that stops early
+        reads a few records, not the thread's every run."""
+        ids = await self.run_ids(tenant, thread_id)
+        end = ids.index(before) if before in ids else len(ids)
+        while end > 0:
+            page = ids[max(0, end - _WALK_PAGE) : end]
+            end -= len(page)
+            raws = await self._redis.mget([self._keys.lg_run(tenant, run_id) for run_id in page])
+            for raw in reversed(raws):
+                if raw is not None:
+                    yield RunRecord.model_validate_json(raw)
 
     async def runs(self, tenant: str, thread_id: str) -> list[RunRecord]:
         """The thread's runs whose records still exist, oldest first."""

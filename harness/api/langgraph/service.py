@@ -266,7 +266,9 @@ class LangGraphService:
         return record, task
 
     async def _first_run(self, tenant: str, thread_id: str, task_id: str) -> RunRecord | None:
-        for record in await self.records.runs(tenant, thread_id):
+        """The first run of the thread's task ``task_id`` (the task's latest, so it is
+        found within the walk's first pages)."""
+        async for record in self.records.newest_first(tenant, thread_id):
             if record.task_id == task_id and record.start == FIRST_ENTRY:
                 return record
         return None
@@ -296,20 +298,36 @@ class LangGraphService:
     async def base_of(self, tenant: str, run: RunRecord) -> tuple[dict[str, Any], ...]:
         """The thread's messages before the run's task: its earlier tasks' (cached on the
         run's record once every earlier task settled)."""
+        base, _ = await self._base(tenant, run)
+        return base
+
+    async def _base(self, tenant: str, run: RunRecord) -> tuple[tuple[dict[str, Any], ...], bool]:
+        """:meth:`base_of`, and whether every earlier task had settled (else the base
+        holds their messages so far)."""
         if run.base is not None:
-            return run.base
-        firsts = [
-            r for r in await self.records.runs(tenant, run.thread_id) if r.start == FIRST_ENTRY
-        ]
-        tasks = [record.task_id for record in firsts]
-        earlier = firsts[: tasks.index(run.task_id)] if run.task_id in tasks else firsts
-        # Replay only from the latest earlier task whose own base is known (each run
-        # records its base when first read): one task's stream, not the thread's.
-        known = [i for i, record in enumerate(earlier) if record.base is not None]
-        start = known[-1] if known else 0
+            return run.base, True
+        first = (
+            run
+            if run.start == FIRST_ENTRY
+            else await self._first_run(tenant, run.thread_id, run.task_id)
+        )
+        if first is not None and first is not run:
+            return await self._base(tenant, first)
+        # The earlier tasks' first runs, newest first, back to the latest whose own base
+        # is known (each run records its base when first read): the replay reads one
+        # task's stream, and the walk a few records, not the thread's every run.
+        earlier: list[RunRecord] = []
+        async for record in self.records.newest_first(
+            tenant, run.thread_id, before=None if first is None else first.run_id
+        ):
+            if record.start != FIRST_ENTRY or record.task_id == run.task_id:
+                continue
+            earlier.insert(0, record)
+            if record.base is not None:
+                break
         carried: tuple[dict[str, Any], ...] = ()
         settled = True
-        for record in earlier[start:]:
+        for record in earlier:
             if record.base is not None:
                 carried = record.base
             translation = RunTranslation(
@@ -328,7 +346,19 @@ class LangGraphService:
             carried = tuple(translation.messages)
         if settled:
             await self.records.set_base(tenant, run, carried)
-        return carried
+        return carried, settled
+
+    async def _until_started(self, tenant: str, run: RunRecord) -> None:
+        """Until the run's task wrote its first entry (or settled without one): a
+        session's tasks run strictly in order, so every task before it has settled."""
+        key = self.api.keys.events(run.task_id)
+        stream = self.api.harness.stream_reader.follow(key, FIRST_ENTRY, idle=_IDLE)
+        try:
+            async for batch in stream:
+                if batch or (await self.task_info(tenant, run)).state.is_terminal:
+                    return
+        finally:
+            await stream.aclose()
 
     async def current_values(self, tenant: str, run: RunRecord) -> dict[str, Any]:
         """The thread's values as the task's entries read so far make them (no waiting)."""
@@ -369,7 +399,23 @@ class LangGraphService:
     ) -> AsyncIterator[list[StreamEvent]]:
         """The run's events after ``after_event`` (``None``: from its first), then
         ``error`` (if it failed) and ``end``: the run has ended (or paused) by then."""
-        base = await self.base_of(tenant, run)
+
+        def fresh(events: list[StreamEvent]) -> list[StreamEvent]:
+            if after_event is None:
+                return events
+            return [e for e in events if event_position(e.id) > after_event]
+
+        base, settled = await self._base(tenant, run)
+        opened: list[StreamEvent] = []
+        if not settled and run.start == FIRST_ENTRY:
+            # Queued behind tasks still running: the run's first values start from their
+            # final messages. The metadata goes out at once; the rest once they settled.
+            opened = RunTranslation(
+                run.run_id, run.thread_id, frozenset(), run.start, base, "", run.task_id
+            ).opening()
+            yield fresh(opened)
+            await self._until_started(tenant, run)
+            base, _ = await self._base(tenant, run)
         translation = RunTranslation(
             run.run_id, run.thread_id, modes, run.start, base, run.input_text, run.task_id
         )
@@ -381,12 +427,7 @@ class LangGraphService:
                 translation.feed(entry_id, fields)
             last = run.start
 
-        def fresh(events: list[StreamEvent]) -> list[StreamEvent]:
-            if after_event is None:
-                return events
-            return [e for e in events if event_position(e.id) > after_event]
-
-        yield fresh(translation.opening())
+        yield fresh([e for e in translation.opening() if e not in opened])
         key = self.api.keys.events(run.task_id)
         stream = self.api.harness.stream_reader.follow(key, last, idle=_IDLE)
         try:
