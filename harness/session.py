@@ -31,6 +31,7 @@ from redis.exceptions import RedisError
 from wire.codec import dumps, task_input_to_json
 from wire.narrowing import narrowing_of
 from wire.provider import PROVIDER
+from wire.queues import queue_of
 from wire.store import BusyPolicy, ReleaseResult, StartResult
 
 from .admission import validate_task
@@ -181,7 +182,7 @@ class CelerySession(AgentSession):
                 if_busy=if_busy,
                 idempotency=idempotency,
                 idempotency_retention=self.runtime.settings.idempotency_retention,
-                queue=self.runtime.settings.queue,
+                queue=queue_of(self.runtime.profile, self.runtime.settings),
             )
         except RedisError as error:
             if fate(error) is not Fate.REFUSED:
@@ -223,7 +224,9 @@ class CelerySession(AgentSession):
             raise SessionBlockedError(self._id, f"session cannot start tasks: {result.value}")
         task = CeleryTask(self.runtime, self._id, task_id, created_at=_redis_time(detail))
         try:
-            await self.runtime.publisher.publish(task_id.value, self._id.value)
+            await self.runtime.publisher.publish(
+                task_id.value, self._id.value, queue_of(self.runtime.profile, self.runtime.settings)
+            )
         except PublishError as error:
             if error.fate is PublishFate.NOT_DELIVERED:
                 try:

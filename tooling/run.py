@@ -59,6 +59,7 @@ from harness import (
     InteractionClosedError,
     SessionBusyError,
 )
+from wire.queues import queue_of
 from wire.settings import Settings
 
 from .interactions import ask, in_thread, unattended
@@ -288,8 +289,8 @@ async def _notice_no_worker(task: CeleryTask, view: View, queue: str) -> None:
     if task.state is TaskState.STARTING and not task.queued:
         view.note(
             f"No worker has taken the task after {NO_WORKER_NOTICE.total_seconds():g} s: it "
-            f"waits on queue {queue!r}. Start one (ahp-celery worker) with the same "
-            "AHP_REDIS_URL and AHP_QUEUE; Ctrl-C cancels the task."
+            f"waits on queue {queue!r}. Start one serving it (ahp-celery worker --queues "
+            f"{queue}) with the same AHP_REDIS_URL; Ctrl-C cancels the task."
         )
 
 
@@ -313,7 +314,8 @@ async def run_task(harness: CeleryHarness, request: RunRequest, view: View) -> E
             return ExitCode.NOT_STARTED
         events = task.events()  # subscribed before any event can arrive
         view.task(task)
-        watch = asyncio.ensure_future(_notice_no_worker(task, view, harness.settings.queue))
+        queue = queue_of(harness.profile, harness.settings)
+        watch = asyncio.ensure_future(_notice_no_worker(task, view, queue))
         ctrl_c.follow(task)
         follower = _Follower(task, events, view, ctrl_c, request, isinstance(view, JsonView))
         outcome = await follower.follow()

@@ -14,7 +14,9 @@ from urllib.parse import quote
 
 import typer
 
+from wire.errors import QueueNameError
 from wire.modules import redact_url as redact
+from wire.queues import parse_queues, served_queues
 
 from . import services
 from .console import console, err, fail, load_settings
@@ -123,6 +125,16 @@ def worker(
             "several processes each gets a number: worker1@%h, worker2@%h...",
         ),
     ] = None,
+    queues: Annotated[
+        str | None,
+        typer.Option(
+            "--queues",
+            "-Q",
+            metavar="QUEUE[,QUEUE...]",
+            help="Broker queues the node serves: only tasks of profiles on these queues "
+            "run here. Default: AHP_WORKER_QUEUES, else AHP_QUEUE.",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the worker commands and exit.")
     ] = False,
@@ -131,10 +143,16 @@ def worker(
 
     A node carries processes x runs per process at once."""
     settings = load_settings()
+    try:
+        served = parse_queues(queues, what="--queues") if queues is not None else ()
+    except QueueNameError as error:
+        raise fail(str(error), 2) from None
+    if queues is not None and not served:
+        raise fail("--queues names no queue (omit it to serve AHP_QUEUE)", 2)
     if concurrency is None:
         concurrency = settings.worker_concurrency if pool is Pool.prefork else settings.worker_runs
     layout = NodeLayout(
-        queue=settings.queue,
+        queues=served or served_queues(settings),
         pool=pool.value,
         concurrency=concurrency,
         processes=processes if processes is not None else settings.worker_processes,

@@ -37,9 +37,10 @@ STARTUP_FAILURES = 3
 
 @dataclass(frozen=True, slots=True)
 class NodeLayout:
-    """What one node runs: ``processes`` Celery workers of ``pool`` with ``concurrency``."""
+    """What one node runs: ``processes`` Celery workers of ``pool`` with ``concurrency``,
+    each consuming ``queues``."""
 
-    queue: str
+    queues: tuple[str, ...]
     pool: str
     concurrency: int
     processes: int
@@ -48,7 +49,8 @@ class NodeLayout:
 
     def command(self, index: int | None = None) -> list[str]:
         args = [sys.executable, "-m", "celery", "-A", "workers.main", "worker"]
-        args += ["-Q", self.queue, "-c", str(self.concurrency), "-P", self.pool, "-E"]
+        args += ["-Q", ",".join(self.queues), "-c", str(self.concurrency), "-P", self.pool]
+        args += ["-E"]
         args += ["--loglevel", self.loglevel]
         name = self.hostname
         if index is not None:

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import weakref
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
@@ -138,7 +139,7 @@ def child_environment(settings: Settings) -> dict[str, str]:
 
 
 class WorkerProcess:
-    """One ``celery worker`` OS process serving ``settings.queue``; a context manager.
+    """One ``celery worker`` OS process serving ``queues``; a context manager.
 
     Args:
         settings: The deployment the worker serves (every field goes into its environment).
@@ -151,6 +152,7 @@ class WorkerProcess:
         log_path: Where the worker's stdout and stderr go; default a new file in the
             temporary directory, kept after ``stop()`` for inspection.
         name: Node name prefix; the node is ``<name>-<hex>@<host>``.
+        queues: The broker queues it consumes (``-Q``); default ``settings.queue``.
     """
 
     def __init__(
@@ -163,8 +165,10 @@ class WorkerProcess:
         loglevel: str = "info",
         log_path: Path | None = None,
         name: str = "ahp-worker",
+        queues: Sequence[str] = (),
     ) -> None:
         self.settings = settings
+        self.queues = tuple(queues) or (settings.queue,)
         if concurrency is None:
             concurrency = settings.worker_concurrency if pool == "prefork" else settings.worker_runs
         self.concurrency = concurrency
@@ -187,7 +191,7 @@ class WorkerProcess:
     def command(self) -> list[str]:
         return [
             sys.executable, "-m", "celery", "-A", "workers.main", "worker",
-            "-Q", self.settings.queue, "-c", str(self.concurrency), "-P", self.pool,
+            "-Q", ",".join(self.queues), "-c", str(self.concurrency), "-P", self.pool,
             "-n", self.hostname, "--loglevel", self.loglevel,
         ]  # fmt: skip
 

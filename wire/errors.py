@@ -3,6 +3,7 @@
 WireError
 ├── DecodeError (ValueError)        a stored record or event is not in the expected encoding
 ├── ProfileError (ValueError)       a profile registry or profile name cannot be resolved
+├── QueueNameError (ValueError)     a queue name (AHP_QUEUE, a worker's, a profile's) is invalid
 ├── OutputSchemaError (ValueError)  a required output schema is not a usable JSON Schema
 └── RedisModulesMissingError (RuntimeError) the Redis lacks the Query Engine or JSON that
                                     checkpoints need (callers and workers both refuse it)
@@ -19,6 +20,11 @@ class DecodeError(WireError, ValueError):
 
 class ProfileError(WireError, ValueError):
     """A profile registry could not be loaded, or a profile name is unknown."""
+
+
+class QueueNameError(WireError, ValueError):
+    """A broker queue name (``AHP_QUEUE``, ``AHP_WORKER_QUEUES``, ``--queues``,
+    ``AgentProfile.queue``) is not a valid name (``wire.queues.QUEUE_RULE``)."""
 
 
 class OutputSchemaError(WireError, ValueError):

@@ -26,6 +26,7 @@ from agent_harness_protocol import ContextRetentionDisposition, UserHistoryVisib
 from .errors import ProfileError
 from .keys import require_valid_id
 from .pipelines import Pipeline
+from .queues import require_queue_name
 
 JsonValue = str | int | float | bool | None
 
@@ -209,10 +210,16 @@ class AgentProfile:
     pipeline: Pipeline | None = None
     questions: bool = False
     """Whether the agent gets the built-in question tool (``ask_caller``)."""
+    queue: str | None = None
+    """The broker queue its tasks run on (``None``: the deployment's ``AHP_QUEUE``); only
+    workers serving that queue run them (``wire.queues``). Routing, not behaviour: it is
+    not part of the digest, so moving a profile to another queue keeps its sessions."""
     _digest: str = field(default="", init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         require_valid_id("profile", self.name)
+        if self.queue is not None:
+            require_queue_name(self.queue, what=f"profile {self.name!r}: queue")
         object.__setattr__(self, "tools", tuple(self.tools))
         names = [tool.name for tool in self.tools]
         if len(set(names)) != len(names):

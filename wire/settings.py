@@ -9,6 +9,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .keys import require_valid_id
+from .queues import parse_queues, require_queue_name
 
 DEFAULT_WORKER_RUNS = 250
 """Runs per worker process by default (``bench/scale.py``: see docs/benchmarks.md)."""
@@ -55,7 +56,16 @@ class Settings(BaseSettings):
         "session lease in one atomic script).",
     )
     namespace: str = Field(default="ahp", description="Prefix of every key of this deployment.")
-    queue: str = Field(default="ahp.tasks", description="Celery queue of AHP task runs.")
+    queue: str = Field(
+        default="ahp.tasks",
+        description="Celery queue of AHP task runs (of every profile that names no queue "
+        "of its own).",
+    )
+    worker_queues: str = Field(
+        default="",
+        description="Comma-separated queues `ahp-celery worker` serves (its --queues "
+        "default); empty: AHP_QUEUE.",
+    )
     profiles: str = Field(
         default="wire.default_profiles:PROFILES",
         description="Import path of the profile registry both sides load.",
@@ -180,6 +190,16 @@ class Settings(BaseSettings):
         if not value.strip():
             raise ValueError("must not be blank (unset it to use the default)")
         return value
+
+    @field_validator("queue")
+    @classmethod
+    def _queue_is_a_name(cls, value: str) -> str:
+        return require_queue_name(value)
+
+    @field_validator("worker_queues")
+    @classmethod
+    def _worker_queues_are_names(cls, value: str) -> str:
+        return ",".join(parse_queues(value, what="worker queue"))
 
     @property
     def effective_broker_url(self) -> str:

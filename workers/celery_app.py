@@ -105,6 +105,12 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
     def check_server(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app:
             refuse_without_modules(settings)
+            # The queues this worker consumes (``-Q``, else the default queue), chosen
+            # before ``worker_init`` and before any pool child forks: its sweeper judges
+            # unclaimed starts of these queues only.
+            consumed = tuple(str(name) for name in sender.app.amqp.queues.consume_from)
+            if consumed:
+                runtime.queues = consumed
 
     def stop_then_exit() -> None:
         runtime.stop()

@@ -25,6 +25,7 @@ from wire.errors import RedisModulesMissingError
 from wire.keys import Keys
 from wire.modules import missing_modules
 from wire.profiles import AgentProfile, load_profiles
+from wire.queues import served_queues
 from wire.redis_options import pool_options
 from wire.settings import Settings
 from wire.store import RecordStore
@@ -132,6 +133,7 @@ class _LoopState:
         settings: Settings,
         profiles: Mapping[str, AgentProfile],
         republish: Republish | None,
+        queues: tuple[str, ...],
     ) -> None:
         self.settings = settings
         if settings.effective_checkpoint_url != settings.redis_url:
@@ -188,7 +190,10 @@ class _LoopState:
         self.sweeper: LeaseSweeper | None = None
         if republish is not None:
             self.sweeper = LeaseSweeper(
-                settings, self.store, _on_its_queue(republish, self.store, settings.queue)
+                settings,
+                self.store,
+                _on_its_queue(republish, self.store, settings.queue),
+                queues,
             )
 
     async def open(self) -> None:
@@ -260,6 +265,10 @@ class WorkerRuntime:
         self.settings = settings
         self._republish = republish
         self.profiles = profiles if profiles is not None else load_profiles(settings.profiles)
+        self.queues: tuple[str, ...] = served_queues(settings)
+        """The broker queues this process serves, whose unclaimed starts its sweeper
+        judges; the Celery worker sets them to the queues it consumes before the loop
+        starts (``workers.celery_app``)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._state: _LoopState | None = None
@@ -304,7 +313,7 @@ class WorkerRuntime:
         asyncio.set_event_loop(loop)
 
         async def open_state() -> None:
-            state = _LoopState(self.settings, self.profiles, self._republish)
+            state = _LoopState(self.settings, self.profiles, self._republish, self.queues)
             await state.open()
             self._state = state
 

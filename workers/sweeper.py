@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from agent_harness_protocol import Failed, FailureKind, TaskId
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -54,8 +54,20 @@ Republish = Callable[[str, str], Awaitable[None]]
 
 
 class LeaseSweeper:
-    def __init__(self, settings: Settings, store: RecordStore, republish: Republish) -> None:
+    """``queues``: the broker queues this worker serves (default: ``AHP_QUEUE``). Lapsed
+    leases are recovered whatever the task's queue (``republish`` publishes on the queue
+    the task's record names); unclaimed starts are judged only for these queues, since
+    only their lists and unacknowledged messages tell a lost start from a waiting one."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: RecordStore,
+        republish: Republish,
+        queues: Sequence[str] = (),
+    ) -> None:
         self._settings = settings
+        self.queues: tuple[str, ...] = tuple(queues) or (settings.queue,)
         self._store = store
         self._recovery = RecoveryStore(store)
         self._republish = republish
@@ -95,8 +107,8 @@ class LeaseSweeper:
     async def sweep(self) -> list[str]:
         """One pass; returns the ids of the tasks it published again or settled.
 
-        In the steady state (no lost run) a pass is two script calls, or three when the
-        broker is the records' Redis."""
+        In the steady state (no lost run) a pass is two script calls, and one more per
+        served queue when the broker is the records' Redis."""
         recovered: list[str] = []
         for task_id, session_id in await self._recovery.lapsed_tasks():
             policy = loss_policy(self._settings, TaskId(task_id))
@@ -118,9 +130,9 @@ class LeaseSweeper:
             if cancelled is CancelResult.SETTLED:
                 log.warning("task %s started on a released session; settled cancelled", task_id)
                 recovered.append(task_id)
-        if self._search_queue:
+        for queue in self.queues if self._search_queue else ():
             for found in await self._recovery.recover_starting(
-                self._settings.queue, self._unclaimed_ms, self._holdoff_ms, self._unpublished
+                queue, self._unclaimed_ms, self._holdoff_ms, self._unpublished
             ):
                 task_id, session_id = found.task_id, found.session_id
                 if found.fate is StartingFate.SETTLED:
