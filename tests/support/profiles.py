@@ -190,6 +190,7 @@ def _profile(
     safeguards: Safeguards | None = None,
     questions: bool = False,
     pipeline: Pipeline | None = None,
+    queue: str | None = None,
     **options: str | int | bool | None,
 ) -> AgentProfile:
     return AgentProfile(
@@ -203,8 +204,13 @@ def _profile(
         safeguards=safeguards or Safeguards(),
         questions=questions,
         pipeline=pipeline,
+        queue=queue,
     )
 
+
+SECOND_QUEUE = "q2"
+"""The queue of the ``*-q2`` profiles: no in-process worker serves it, only worker
+processes started with ``queues=(SECOND_QUEUE,)`` (tests/test_profile_queues.py)."""
 
 _ALL = [
     _profile("confirmed"),
@@ -252,6 +258,9 @@ _ALL = [
     _profile("guarding-dying", tools=(DYING_EFFECT,), plan=DYING_PLAN),
     _profile("guarding-dying-once", tools=(DYING_EFFECT_AT_MOST_ONCE,), plan=DYING_PLAN),
     _profile("questioning", questions=True, plan=QUESTION_PLAN),
+    # The same agents on a queue of their own.
+    _profile("confirmed-q2", queue=SECOND_QUEUE),
+    _profile("guarding-q2", tools=(GUARDED_EFFECT,), plan=GUARDED_PLAN, queue=SECOND_QUEUE),
     # A model that streams for about a second unless cancelled.
     _profile("slow", load_chunks=20, chunk_delay_ms=50),
     _profile("slow-unconfirmed", cancellation=UNCONFIRMED, load_chunks=20, chunk_delay_ms=50),
