@@ -23,6 +23,7 @@ _FIELD_ARGS = {
 # Hashes the scripts write that are not task or session records: (script, key argument).
 _OTHER_HASHES = {
     ("claim.lua", "KEYS[8]"),  # the claim counters (<ns>:stats:claims), by ClaimResult
+    ("_dead_letters.lua", "counts"),  # dead letters by kind (<ns>:stats:dead-letters)
     # The task statistics (<ns>:stats:tasks, wire.statistics): counters and histograms.
     ("_prelude.lua", "stats"),
     ("_prelude.lua", "statistics_key(starting)"),

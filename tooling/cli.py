@@ -22,6 +22,7 @@ from wire.settings import Settings
 
 from . import run as running
 from .console import console, err, fail, load_settings
+from .dead_letters import dead_letters
 from .demo import DemoModel, run_demo
 from .service_commands import api, flower, redis_server, worker
 from .signals import sigterm_interrupts
@@ -190,6 +191,7 @@ app.command()(demo)
 app.command()(run)
 app.command()(api)
 app.command()(flower)
+app.command("dead-letters")(dead_letters)
 
 
 def main() -> None:

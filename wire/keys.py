@@ -287,10 +287,56 @@ class Keys:
         it never grows with the work. Read by ``RecordStore.task_statistics``."""
         return f"{self.namespace}:stats:tasks"
 
+    def dead_letter_counts(self) -> str:
+        """Hash (HINCRBY), owned by the steps that record dead letters (``claim.lua`` for
+        ``max_deliveries``, ``dead_letter.lua`` for ``malformed``), no TTL (kept for the
+        deployment's life; an operator may delete it): how many dead letters of each
+        ``wire.dead_letters.DeadLetterKind`` were recorded, counted in the same step as
+        the entry of :meth:`dead_letters`. One field per kind: it never grows with the
+        work."""
+        return f"{self.namespace}:stats:dead-letters"
+
     def statistics(self) -> tuple[str, ...]:
         """The deployment's counters: kept for its life by design, no TTL, a few fields
         each."""
-        return (self.malformed_messages(), self.claim_counts(), self.task_statistics())
+        return (
+            self.malformed_messages(),
+            self.claim_counts(),
+            self.task_statistics(),
+            self.dead_letter_counts(),
+        )
+
+    # -- dead letters -------------------------------------------------------------------
+    def dead_letters(self) -> str:
+        """Stream: the deployment's dead letters (``wire.dead_letters``), oldest first, one
+        entry (fields ``DeadLetterField``, id: when it was recorded) per task settled
+        ``Failed`` after ``AHP_MAX_DELIVERIES`` lost deliveries and per malformed message
+        a worker dropped (its id and cause only, never its content).
+
+        Written only by the step that gives the work up (``claim.lua``,
+        ``dead_letter.lua``), which trims it to the entries of the last
+        ``AHP_TASK_RETENTION`` and at most ``wire.dead_letters.DEAD_LETTERS_KEPT`` and sets
+        its TTL to the retention, so it expires one retention after its latest entry.
+        Read by the API (``GET /v1/dead-letters``) and ``ahp-celery dead-letters``, which
+        list only entries younger than the retention."""
+        return f"{self.namespace}:dead-letters"
+
+    # -- presence -----------------------------------------------------------------------
+    def workers(self) -> str:
+        """Sorted set: the worker processes that reported themselves (member: process
+        name ``<node>/<pid>``, score: its last report in ms). Written every few seconds by
+        each worker process's presence reporter (``workers.presence``), which removes its
+        member when it stops; a reader (``wire.presence.live_workers``) drops members not
+        seen for three report intervals (a process that was killed). No TTL: it holds
+        live processes only."""
+        return f"{self.namespace}:workers"
+
+    def worker_presence(self, name: str) -> str:
+        """String (JSON ``wire.presence.WorkerPresence``): what worker process ``name``
+        serves and carries (queues, run slots, runs in flight). Written with its member of
+        :meth:`workers` in one step, with a TTL of three report intervals (a killed
+        process's entry lapses); deleted by the reporter when its process stops."""
+        return f"{self.namespace}:worker:{name}"
 
     # -- control ------------------------------------------------------------------------
     def cancel_channel(self) -> str:

@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from . import scripts
+from .dead_letters import DEAD_LETTERS_KEPT
 from .interaction_records import InteractionRecords
 from .keys import Keys
 from .records import SessionField, TaskField
@@ -267,6 +268,8 @@ class RecordStore(SettlingRecords, InteractionRecords):
             self.keys.running(),
             self.keys.starting(),
             self.keys.claim_counts(),
+            self.keys.dead_letters(),
+            self.keys.dead_letter_counts(),
         ]
         args: list[str | int] = [
             token,
@@ -278,6 +281,7 @@ class RecordStore(SettlingRecords, InteractionRecords):
             policy.lost_outcome,
             policy.exhausted_outcome,
             self.retention_seconds,
+            DEAD_LETTERS_KEPT,
         ]
         return keys, args
 

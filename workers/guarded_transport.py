@@ -128,7 +128,7 @@ class _GuardedChannel(ReusingRedisChannel):
             problem = problem or f"{type(error).__name__} while reading it"
             log.warning("dropped an item of the broker queue that is not a message: %s", problem)
             if intake is not None:
-                intake.count()
+                intake.count(None, problem)
             return True
 
 

@@ -8,8 +8,10 @@ the next worker, which dies too. :class:`GuardedConsumer` (the worker's
 ``worker_consumer``) looks at every message before Celery does: anything but a
 protocol 2 ``ahp.run_task`` message of this deployment, with exactly the run keyword
 arguments, is rejected without requeue (dropped), logged with a short description
-(never the body) and counted in ``Keys.malformed_messages``. Unknown task names
-(Celery's own built-in tasks included) and undecodable bodies are dropped the same way.
+(never the body) and counted in ``Keys.malformed_messages``, and recorded as a dead
+letter (``wire.dead_letters``: its id, queue and cause, in the same step as the count).
+Unknown task names (Celery's own built-in tasks included) and undecodable bodies are
+dropped the same way.
 
 One layer below, an item on the queue list that is not even a kombu message is dropped
 and counted too, by the worker's transport (``workers.guarded_transport``).
@@ -34,10 +36,13 @@ from typing import Any
 
 import redis
 from celery.worker.consumer import Consumer
+from redis.commands.core import Script
 from redis.exceptions import OutOfMemoryError, ResponseError
 
+from wire import scripts
 from wire.backoff import Retries
 from wire.celery_config import RUN_TASK
+from wire.dead_letters import malformed_call
 from wire.keys import Keys, is_valid_id
 from wire.messages import RunMessage
 from wire.redis_options import pool_options
@@ -152,8 +157,9 @@ class MessageIntake:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._key = Keys(settings.namespace).malformed_messages()
+        self._keys = Keys(settings.namespace)
         self._client: redis.Redis | None = None
+        self._record: Script | None = None
         self._lock = threading.Lock()
 
     def problem(self, message: Any) -> str | None:
@@ -172,10 +178,11 @@ class MessageIntake:
         )
         if not message.acknowledged:
             message.reject_log_error(log, errors, requeue=False)
-        self.count()
+        self.count(label if label != "?" else None, problem)
 
-    def count(self) -> None:
-        """Count one dropped message (best effort: a Redis error is only logged)."""
+    def count(self, message_id: str | None = None, cause: str = "not a message") -> None:
+        """Count one dropped message and record it as a dead letter, in one step (best
+        effort: a Redis error is only logged). ``cause`` never holds the message's content."""
         try:
             with self._lock:
                 if self._client is None:
@@ -185,8 +192,13 @@ class MessageIntake:
                         socket_connect_timeout=2,
                         **pool_options(),
                     )
-                client = self._client
-            client.incr(self._key)
+                    self._record = self._client.register_script(scripts.DEAD_LETTER)
+                record = self._record
+            assert record is not None
+            keys, args = malformed_call(
+                self._keys, self.settings.task_retention, message_id, self.settings.queue, cause
+            )
+            record(keys=keys, args=args)
         except redis.RedisError as error:
             log.warning("could not count a dropped message: %s", error)
 

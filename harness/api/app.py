@@ -31,9 +31,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from harness.connections import caller_pool
 from harness.errors import CeleryHarnessError
 from harness.harness import CeleryHarness
+from harness.redis_errors import reported
+from wire.dead_letters import dead_letter_counts
 from wire.keys import Keys
 
-from . import langgraph, sessions, task_streams, tasks
+from . import dead_letters, langgraph, sessions, task_streams, tasks
 from .auth import Tenants, unauthorized
 from .handles import Handles
 from .limits import BodyLimit
@@ -128,6 +130,7 @@ def create_app(
     app.include_router(sessions.router)
     app.include_router(tasks.router)
     app.include_router(task_streams.router)
+    app.include_router(dead_letters.router)
     app.include_router(langgraph.router)
     _install_handlers(app)
     _add_operational_routes(app, api_settings, requests)
@@ -176,14 +179,16 @@ def _add_operational_routes(app: FastAPI, settings: ApiSettings, requests: Reque
     )
     async def metrics(request: Request, api: ApiState = Depends(api_state)) -> Response:  # noqa: B008
         """Queue depth, tasks by state, settled totals by outcome, task duration and
-        time-to-start histograms (pool-wide, from Redis), and this process's request
-        counters."""
+        time-to-start histograms, dead letters by kind (pool-wide, from Redis), and this
+        process's request counters."""
         if settings.metrics_token is not None:
             expected = f"Bearer {settings.metrics_token.get_secret_value()}"
             if not _same(request.headers.get("authorization", ""), expected):
                 raise unauthorized("the metrics token is required")
         figures = await api.harness.task_metrics()
-        return Response(render(figures, requests), media_type=CONTENT_TYPE)
+        with reported("the dead-letter counts could not be read"):
+            letters = await dead_letter_counts(api.events_redis, api.keys)
+        return Response(render(figures, requests, letters), media_type=CONTENT_TYPE)
 
 
 def _same(presented: str, expected: str) -> bool:

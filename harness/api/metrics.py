@@ -10,7 +10,7 @@ raw path: ids do not become label values).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.metrics_core import (
@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harness.info import TaskMetrics
+from wire.dead_letters import DeadLetterKind
 from wire.statistics import Histogram as TaskHistogram
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -138,9 +139,31 @@ def _bound(value: float) -> str:
     return str(int(value)) if value.is_integer() else str(value)
 
 
-def render(metrics: TaskMetrics, requests: RequestMetrics) -> bytes:
+class _DeadLetters(Collector):
+    def __init__(self, counts: Mapping[DeadLetterKind, int]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        letters = CounterMetricFamily(
+            "ahp_dead_letters",
+            "Dead letters recorded by kind: tasks failed after max_deliveries lost "
+            "deliveries, malformed messages dropped from the queue.",
+            labels=("kind",),
+        )
+        for kind in DeadLetterKind:
+            letters.add_metric((kind.value,), self._counts.get(kind, 0))
+        yield letters
+
+
+def render(
+    metrics: TaskMetrics,
+    requests: RequestMetrics,
+    dead_letters: Mapping[DeadLetterKind, int] | None = None,
+) -> bytes:
     pool = CollectorRegistry(auto_describe=False)
     pool.register(_Snapshot(metrics))
+    if dead_letters is not None:
+        pool.register(_DeadLetters(dead_letters))
     return generate_latest(pool) + generate_latest(requests.registry)
 
 

@@ -83,6 +83,14 @@ class ApiSettings(BaseSettings):
         description="When set, ``GET /metrics`` requires this bearer token; else it is open "
         "(it shows pool-wide counts only, never ids or inputs).",
     )
+    operator_token: SecretStr | None = Field(
+        default=None,
+        description="When set, this bearer token reads every dead letter of the deployment "
+        "(``GET /v1/dead-letters``: all tenants' and the malformed messages, which belong "
+        "to no tenant); it opens no other route. Unset: a tenant's token lists only its "
+        "own tasks' dead letters and nobody lists malformed messages over HTTP (the "
+        "``ahp-celery dead-letters`` command still does). At least 16 characters.",
+    )
     handle_cache: int = Field(
         default=4096,
         ge=16,
@@ -135,6 +143,13 @@ class ApiSettings(BaseSettings):
             if any(len(token.get_secret_value()) < 16 for token in tokens):
                 raise ValueError(f"a token of tenant {tenant} is shorter than 16 characters")
         return self
+
+    @field_validator("operator_token")
+    @classmethod
+    def _long_operator_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("the operator token is shorter than 16 characters")
+        return value
 
     def uvicorn_options(self) -> dict[str, Any]:
         """What the server that serves the API takes from these settings (``ahp-celery

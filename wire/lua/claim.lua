@@ -1,9 +1,11 @@
 -- KEYS[1] task hash, KEYS[2] session lease, KEYS[3] session fence counter, KEYS[4] events,
--- KEYS[5] session hash, KEYS[6] running set, KEYS[7] starting set, KEYS[8] claim statistics
+-- KEYS[5] session hash, KEYS[6] running set, KEYS[7] starting set, KEYS[8] claim statistics,
+-- KEYS[9] dead-letter stream, KEYS[10] dead-letter counts
 -- ARGV[1] worker token, ARGV[2] lease milliseconds, ARGV[3] the session id the message names,
 -- ARGV[4] task id, ARGV[5] worker-loss policy ('resume' | 'unresolved'),
 -- ARGV[6] most deliveries, ARGV[7] outcome JSON if the lost run may not resume,
--- ARGV[8] outcome JSON if the deliveries are exhausted, ARGV[9] retention seconds
+-- ARGV[8] outcome JSON if the deliveries are exhausted, ARGV[9] retention seconds,
+-- ARGV[10] most dead letters kept
 -- A task found 'running' without a lease lost its worker: it resumes under a higher fence,
 -- or is settled by the deployment's policy, its cancel request or the delivery bound.
 -- One handed back by a stopping worker (field 'handed_back') was not lost: it resumes
@@ -25,6 +27,7 @@
 -- Every result is counted in KEYS[8] (field: the result), in this same step: a test or an
 -- operator can see that a message was consumed by the claim, not only taken off the queue.
 --! include prelude
+--! include dead_letters
 local function counted(result)
   redis.call('HINCRBY', KEYS[8], result, 1)
   return {result}
@@ -81,8 +84,14 @@ elseif state == 'running' then
     return counted('lost')
   end
   if tonumber(redis.call('HGET', KEYS[1], 'deliveries') or '0') >= tonumber(ARGV[6]) then
+    -- The task is given up: settled Failed and recorded as a dead letter in this one step.
+    local exhausted = cjson.decode(ARGV[8])
+    local cause = exhausted.message or ''
+    local owner = redis.call('HMGET', KEYS[1], 'tenant', 'queue')
     settle(KEYS[1], KEYS[5], KEYS[4], KEYS[2], KEYS[6], KEYS[7], ARGV[4], 'failed',
-           cjson.decode(ARGV[8]), '', false, retention)
+           exhausted, '', false, retention)
+    dead_letter(KEYS[9], KEYS[10], retention * 1000, tonumber(ARGV[10]), 'max_deliveries',
+                ARGV[4], ARGV[3], owner[1] or '', owner[2] or '', ARGV[4], cause)
     return counted('exhausted')
   end
 end
