@@ -106,8 +106,21 @@ LOCAL_AGENT = AgentProfile(
     pipeline=DEMO_PIPELINE,
 )
 
+SCRIPTED_BULK = AgentProfile(
+    name="scripted-bulk",
+    model=SCRIPTED.model,
+    model_id=SCRIPTED.model_id,
+    cancellation=SCRIPTED.cancellation,
+    retention=SCRIPTED.retention,
+    history_visibility=SCRIPTED.history_visibility,
+    description="The scripted model on a queue of its own (ahp.bulk): only workers "
+    "serving it run its tasks (compose's worker-bulk; docs/queues.md).",
+    queue="ahp.bulk",
+)
+
 PROFILES = {
     SCRIPTED.name: SCRIPTED,
     SCRIPTED_AGENT.name: SCRIPTED_AGENT,
     LOCAL_AGENT.name: LOCAL_AGENT,
+    SCRIPTED_BULK.name: SCRIPTED_BULK,
 }
