@@ -26,7 +26,7 @@ from agent_harness_protocol import ContextRetentionDisposition, UserHistoryVisib
 from .errors import ProfileError
 from .keys import require_valid_id
 from .pipelines import Pipeline
-from .queues import require_queue_name
+from .queue_names import require_queue_name
 
 JsonValue = str | int | float | bool | None
 

@@ -9,7 +9,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .keys import require_valid_id
-from .queues import parse_queues, require_queue_name
+from .queue_names import parse_queues, require_queue_name
 
 DEFAULT_WORKER_RUNS = 250
 """Runs per worker process by default (``bench/scale.py``: see docs/benchmarks.md)."""
