@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from uuid import uuid4
 
@@ -25,9 +26,11 @@ from agent_harness_protocol import (
 )
 
 from wire.codec import loads, run_metadata_json, spec_from_json
-from wire.keys import Keys, is_valid_id, require_valid_id
+from wire.keys import is_valid_id, require_valid_id
+from wire.presence import live_workers, queue_gauges
 from wire.profiles import AgentProfile, load_profiles, resolve_profile
 from wire.provider import PROVIDER
+from wire.queues import deployment_queues
 from wire.records import SessionField, TaskField
 from wire.settings import Settings
 
@@ -101,6 +104,11 @@ class CeleryHarness(AgentHarness, PersistentSessions):
             self._profile = resolve_profile(
                 registry, self._settings.profile if profile is None else profile
             )
+        self._queues = (
+            (self._settings.queue,)
+            if isinstance(profile, AgentProfile)
+            else deployment_queues(self._settings, registry)
+        )
         self._budget = CleanupBudget(
             per_task=self._settings.cleanup_per_task,
             total=self._settings.cleanup_total,
@@ -320,13 +328,18 @@ class CeleryHarness(AgentHarness, PersistentSessions):
         with reported("the task metrics could not be read"):
             statistics = await runtime.store.task_statistics()
             starting, running = await runtime.store.active_counts()
-            depth: int | None = None
-            if settings.effective_broker_url == settings.redis_url:
-                pipe = runtime.redis.pipeline(transaction=False)
-                for name in Keys.broker_queue_lists(settings.queue):
-                    pipe.llen(name)
-                depth = sum(int(n) for n in await pipe.execute())
-        return TaskMetrics(statistics, starting, running, depth)
+            now_ms = int(time.time() * 1000)
+            workers = await live_workers(runtime.redis, runtime.keys, now_ms)
+            queues = await queue_gauges(
+                runtime.redis,
+                runtime.keys,
+                self._queues,
+                workers,
+                now_ms,
+                broker_is_redis=settings.effective_broker_url == settings.redis_url,
+            )
+        depth = next(gauge.waiting for gauge in queues if gauge.queue == settings.queue)
+        return TaskMetrics(statistics, starting, running, depth, tuple(queues), tuple(workers))
 
     async def aclose(self) -> None:
         """Release every session within ``cleanup_budget.total``; idempotent and shielded.

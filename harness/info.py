@@ -14,6 +14,7 @@ from agent_harness_protocol import AgentUsage, InteractionRequest, TaskOutcome, 
 
 from wire.codec import RemoteCause, loads, outcome_from_json, usage_from_json
 from wire.interactions import InteractionPayload
+from wire.presence import QueueGauge, WorkerPresence
 from wire.records import SessionField, TaskField, TerminalEntryField
 from wire.statistics import TaskStatistics
 
@@ -67,6 +68,10 @@ class TaskMetrics:
     """Claimed by a worker and not settled."""
     queue_depth: int | None
     """Run messages waiting at the broker; ``None`` when the broker is another Redis."""
+    queues: tuple[QueueGauge, ...] = ()
+    """Per queue (the deployment's and every live worker's): waiting, in flight, free."""
+    workers: tuple[WorkerPresence, ...] = ()
+    """The live worker processes, as they last reported themselves."""
 
 
 def _remote(cause: RemoteCause) -> RemoteTaskError:

@@ -111,6 +111,11 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
             consumed = tuple(str(name) for name in sender.app.amqp.queues.consume_from)
             if consumed:
                 runtime.queues = consumed
+            # What its processes report of themselves (``workers.presence``).
+            runtime.node = str(getattr(sender, "hostname", "") or "") or None
+            concurrency = getattr(sender, "concurrency", None)
+            if isinstance(concurrency, int) and concurrency > 0:
+                runtime.slots = concurrency
 
     def stop_then_exit() -> None:
         runtime.stop()
@@ -128,6 +133,7 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
         threading.Thread(target=stop_then_exit, name="ahp-hand-back", daemon=True).start()
 
     def start_in_child(**_: Any) -> None:
+        runtime.slots = 1  # a prefork child carries one run at a time
         runtime.start()
         signal.signal(signal.SIGTERM, hand_back_runs)
 

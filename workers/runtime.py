@@ -43,6 +43,7 @@ from .lease_renewer import LeaseRenewer
 from .live_run import LiveRun
 from .loop_lag import LoopLag
 from .models import build_model
+from .presence import PresenceReporter, process_name
 from .pruning import CheckpointPruner
 from .question_tool import ask_caller_tool
 from .run_summary import RunSummary, read_summary
@@ -277,6 +278,12 @@ class WorkerRuntime:
         self._stopped = threading.Event()
         self._lag: LoopLag | None = None
         self._admission: RunAdmission | None = None
+        self.slots = settings.worker_runs
+        """Runs this process carries at once, as it reports itself (``workers.presence``):
+        the Celery worker sets its concurrency, a prefork child 1."""
+        self.node: str | None = None
+        """The Celery node name this process works for (its presence's name)."""
+        self._presence: PresenceReporter | None = None
 
     @property
     def started(self) -> bool:
@@ -308,6 +315,20 @@ class WorkerRuntime:
             self._admission = RunAdmission(
                 self._lag, self.settings.worker_max_loop_lag.total_seconds()
             )
+            self._presence = PresenceReporter(
+                self.settings.redis_url,
+                Keys(self.settings.namespace),
+                name=process_name(self.node),
+                queues=self.queues,
+                slots=self.slots,
+                in_flight=self.runs_in_flight,
+            )
+            self._presence.start()
+
+    def runs_in_flight(self) -> int:
+        """Runs this process carries now."""
+        state = self._state
+        return 0 if state is None else len(state.runs)
 
     def _serve(self, loop: asyncio.AbstractEventLoop, ready: Future[None]) -> None:
         asyncio.set_event_loop(loop)
@@ -373,6 +394,9 @@ class WorkerRuntime:
                 return
             self._stopping = True
             self._stopped.set()
+            if self._presence is not None:
+                self._presence.stop()
+                self._presence = None
             if self._lag is not None:
                 self._lag.stop()
                 self._lag = None

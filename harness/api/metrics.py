@@ -123,6 +123,51 @@ class _Snapshot(Collector):
             "From a task's start to its first claim by a worker.",
             statistics.wait,
         )
+        yield from _pool_gauges(metrics)
+
+
+def _pool_gauges(metrics: TaskMetrics) -> Iterator[Metric]:
+    """The autoscaling signal (``wire.presence``): per queue and per worker process."""
+    waiting = GaugeMetricFamily(
+        "ahp_queue_messages_waiting", "Run messages waiting at the broker.", labels=("queue",)
+    )
+    oldest = GaugeMetricFamily(
+        "ahp_queue_oldest_waiting_seconds",
+        "How long the oldest start waiting on the queue has waited (0: none waits).",
+        labels=("queue",),
+    )
+    in_flight = GaugeMetricFamily(
+        "ahp_queue_runs_in_flight",
+        "Runs carried by the live worker processes consuming the queue.",
+        labels=("queue",),
+    )
+    free = GaugeMetricFamily(
+        "ahp_queue_free_run_slots",
+        "Free run slots of the live worker processes consuming the queue.",
+        labels=("queue",),
+    )
+    consumers = GaugeMetricFamily(
+        "ahp_queue_workers", "Live worker processes consuming the queue.", labels=("queue",)
+    )
+    for gauge in metrics.queues:
+        if gauge.waiting is not None:
+            waiting.add_metric((gauge.queue,), gauge.waiting)
+            age = gauge.oldest_wait.total_seconds() if gauge.oldest_wait is not None else 0.0
+            oldest.add_metric((gauge.queue,), age)
+        in_flight.add_metric((gauge.queue,), gauge.in_flight)
+        free.add_metric((gauge.queue,), gauge.free_slots)
+        consumers.add_metric((gauge.queue,), gauge.workers)
+    yield from (waiting, oldest, in_flight, free, consumers)
+    worker_runs = GaugeMetricFamily(
+        "ahp_worker_runs_in_flight", "Runs a worker process carries now.", labels=("worker",)
+    )
+    worker_slots = GaugeMetricFamily(
+        "ahp_worker_run_slots", "Runs a worker process carries at most.", labels=("worker",)
+    )
+    for worker in metrics.workers:
+        worker_runs.add_metric((worker.name,), worker.in_flight)
+        worker_slots.add_metric((worker.name,), worker.slots)
+    yield from (worker_runs, worker_slots)
 
 
 def _histogram(name: str, documentation: str, histogram: TaskHistogram) -> Metric:
