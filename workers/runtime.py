@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 from uuid import uuid4
@@ -46,6 +46,7 @@ from .models import build_model
 from .presence import PresenceReporter, process_name
 from .pruning import CheckpointPruner
 from .question_tool import ask_caller_tool
+from .republish import Republish, on_its_queue
 from .run_summary import RunSummary, read_summary
 from .runner import GraphProvider, TaskRunner
 from .settling import ThreadDeleter
@@ -108,24 +109,6 @@ class _Deleter(ThreadDeleter):
         await self._saver.adelete_thread(thread_id)
 
 
-Republish = Callable[[str, str, str], None]
-"""Publishes a run message again (blocking): ``republish(task_id, session_id, queue)``."""
-
-
-def _on_its_queue(
-    publish: Republish, store: RecordStore, default_queue: str
-) -> Callable[[str, str], Awaitable[None]]:
-    """Publish a task's run on the queue its record names (the queue it was started on;
-    ``default_queue`` for a record older than that field), in a thread: Celery's publish
-    blocks, and must stay off the worker's event loop."""
-
-    async def publish_on_its_queue(task_id: str, session_id: str) -> None:
-        queue = await store.task_queue(task_id) or default_queue
-        await asyncio.to_thread(publish, task_id, session_id, queue)
-
-    return publish_on_its_queue
-
-
 class _LoopState:
     """Everything that lives inside the worker loop."""
 
@@ -169,7 +152,7 @@ class _LoopState:
                 settings.checkpoints_kept,
             ),
             publish=(
-                _on_its_queue(republish, self.store, settings.queue)
+                on_its_queue(republish, self.store, settings.queue)
                 if republish is not None
                 else None
             ),
@@ -193,7 +176,7 @@ class _LoopState:
             self.sweeper = LeaseSweeper(
                 settings,
                 self.store,
-                _on_its_queue(republish, self.store, settings.queue),
+                on_its_queue(republish, self.store, settings.queue),
                 queues,
             )
 
