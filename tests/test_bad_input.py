@@ -181,10 +181,15 @@ async def test_responding_to_an_unknown_interaction_is_a_value_error(
 
 
 def _workers(keys: Keys, key: str) -> bool:
-    """A key the workers keep whatever they are sent: their counters, and the liveness
-    of their maintenance consumers (written once a worker serves)."""
+    """A key the workers keep whatever they are sent: their counters, the liveness of
+    their maintenance consumers (written once a worker serves), their presence reports
+    (``workers.presence``), and the dead letters of the messages they dropped (a dropped
+    message is recorded, by id and cause, never by body: ``tests/test_dead_letters.py``)."""
     return (
         key in keys.statistics()
+        or key == keys.dead_letters()
+        or key == keys.workers()
+        or key.startswith(keys.worker_presence(""))
         or key == keys.maintenance_consumers()
         or key.startswith(keys.maintenance_consumer(""))
     )

@@ -50,7 +50,11 @@ class FaultingPublisher:
         if before is not None:
             await asyncio.to_thread(before)
         try:
-            await self._real.publish(task_id, session_id, queue)
+            # The side queue takes every message, whichever queue the caller names (a
+            # start names its profile's queue since queues by profile).
+            await self._real.publish(
+                task_id, session_id, self.queue if self._always_lose else queue
+            )
         finally:
             if after is not None:
                 await asyncio.to_thread(after)
