@@ -66,18 +66,20 @@ def unauthorized(detail: str) -> ProblemError:
     )
 
 
+def missing_credentials(detail: str = "send Authorization: Bearer <token>") -> ProblemError:
+    """401 for a request that presents no credentials at all."""
+    return ProblemError(
+        ProblemType.UNAUTHORIZED, 401, detail, headers={"WWW-Authenticate": CHALLENGE}
+    )
+
+
 async def tenant(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> str:
     """FastAPI dependency: the tenant the request's bearer token names (else 401)."""
     if credentials is None:
-        raise ProblemError(
-            ProblemType.UNAUTHORIZED,
-            401,
-            "send Authorization: Bearer <token>",
-            headers={"WWW-Authenticate": CHALLENGE},
-        )
+        raise missing_credentials()
     tenants: Tenants = request.app.state.tenants
     name = tenants.tenant_of(credentials.credentials)
     if name is None:
@@ -85,4 +87,4 @@ async def tenant(
     return name
 
 
-__all__ = ["Tenants", "bearer", "tenant", "unauthorized"]
+__all__ = ["Tenants", "bearer", "missing_credentials", "tenant", "unauthorized"]

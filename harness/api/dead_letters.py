@@ -19,9 +19,8 @@ from pydantic import BaseModel, Field
 from harness.redis_errors import reported
 from wire.dead_letters import DeadLetter, DeadLetterKind, read_dead_letters
 
-from .auth import CHALLENGE, Tenants, bearer, unauthorized
+from .auth import Tenants, bearer, missing_credentials, unauthorized
 from .openapi_docs import problems
-from .problems import ProblemError, ProblemType
 from .state import ApiState, api_state
 
 router = APIRouter(tags=["operations"])
@@ -50,12 +49,7 @@ async def viewer(
     """The tenant whose dead letters the token may list, or ``None`` for the operator
     token (every dead letter); else 401."""
     if credentials is None:
-        raise ProblemError(
-            ProblemType.UNAUTHORIZED,
-            401,
-            "send Authorization: Bearer <token>",
-            headers={"WWW-Authenticate": CHALLENGE},
-        )
+        raise missing_credentials()
     api: ApiState = request.app.state.api
     presented = credentials.credentials
     operator = api.settings.operator_token

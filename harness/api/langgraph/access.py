@@ -8,8 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials
 
-from ..auth import CHALLENGE, Tenants, bearer, unauthorized
-from ..problems import ProblemError, ProblemType
+from ..auth import Tenants, bearer, missing_credentials, unauthorized
 from ..state import ApiState, api_state
 from .service import LangGraphService
 
@@ -27,12 +26,7 @@ async def lg_tenant(
         value for value in (key, None if credentials is None else credentials.credentials) if value
     ]
     if not presented:
-        raise ProblemError(
-            ProblemType.UNAUTHORIZED,
-            401,
-            "send x-api-key: <token> (or Authorization: Bearer <token>)",
-            headers={"WWW-Authenticate": CHALLENGE},
-        )
+        raise missing_credentials("send x-api-key: <token> (or Authorization: Bearer <token>)")
     tenants: Tenants = request.app.state.tenants
     names = {tenants.tenant_of(value) for value in presented}
     if None in names or len(names) != 1:
