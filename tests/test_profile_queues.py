@@ -33,6 +33,7 @@ from wire.settings import Settings
 
 from .support.boundary import ModelBoundary
 from .support.fixtures import scoped_harness
+from .support.lost_workers import lost_mid_run
 from .support.profiles import SECOND_QUEUE
 from .support.sweeps import watch_past_sweeps
 from .support.waiting import wait_for
@@ -131,16 +132,8 @@ async def test_a_run_lost_on_a_profile_queue_is_republished_on_that_queue(
     try:
         session = await harness.create_session(SessionSpec())
         dying = _second_queue_worker(settings, "q2-dying")
-        dying.start()
-        try:
-            task = await session.start_task(TaskRequest(TextInput("lost on q2")))
-            task_id = task.id.value
-            await wait_for(lambda: boundary.calls_for(task_id), within=30)
-        finally:
-            dying.kill()
-        await wait_for(
-            lambda: sync_redis.hget(keys.task(task_id), TaskField.RECOVERIES) == "1", within=60
-        )
+        task = await lost_mid_run(session, dying, "lost on q2", boundary, sync_redis, keys)
+        task_id = task.id.value
         boundary.release()
         await watch_past_sweeps(settings, boundary, sync_redis)
         assert len(boundary.calls_for(task_id)) == 1  # the default pool never ran it

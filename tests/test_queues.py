@@ -22,8 +22,8 @@ from wire.records import TaskField
 from wire.settings import Settings
 
 from .support.boundary import ModelBoundary
+from .support.lost_workers import lost_mid_run
 from .support.sweeps import watch_past_sweeps
-from .support.waiting import wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -64,16 +64,10 @@ async def test_a_run_lost_on_its_queue_is_published_again_on_that_queue(
     async with CeleryHarness(other, run_metadata=boundary.run_metadata) as harness:
         session = await harness.create_session(SessionSpec())
         dying = WorkerProcess(other, concurrency=2, loglevel="warning", name="lost-queue-a")
-        dying.start()
-        try:
-            task = await session.start_task(TaskRequest(TextInput("lost on the other queue")))
-            task_id = task.id.value
-            await wait_for(lambda: boundary.calls_for(task_id), within=30)
-        finally:
-            dying.kill()
-        await wait_for(
-            lambda: sync_redis.hget(keys.task(task_id), TaskField.RECOVERIES) == "1", within=60
+        task = await lost_mid_run(
+            session, dying, "lost on the other queue", boundary, sync_redis, keys
         )
+        task_id = task.id.value
         boundary.release()
         await asyncio.sleep(settings.sweep_interval.total_seconds() + 2)
         assert len(boundary.calls_for(task_id)) == 1  # no worker of the sweeper's queue ran it
