@@ -52,12 +52,21 @@ async def test_runs_in_flight_and_free_slots_follow_the_runs_the_workers_carry(
             latest.update(await _scrape(client))
             return _queue(latest, name, queue)
 
+        def slots_and_runs(samples: Samples) -> tuple[float, float]:
+            return (
+                sum(v for (n, _), v in samples.items() if n == "ahp_worker_run_slots"),
+                sum(v for (n, _), v in samples.items() if n == "ahp_worker_runs_in_flight"),
+            )
+
         idle = await _scrape(client)
         workers = _queue(idle, "ahp_queue_workers", queue)
         assert workers is not None
         assert workers >= 1
-        slots = sum(value for (name, _), value in idle.items() if name == "ahp_worker_run_slots")
-        assert _queue(idle, "ahp_queue_free_run_slots", queue) == slots > 2
+        slots, carried = slots_and_runs(idle)
+        assert slots > 2
+        # (An earlier test's run may still be settling: the gauges count what is carried.)
+        assert _queue(idle, "ahp_queue_runs_in_flight", queue) == carried
+        assert _queue(idle, "ahp_queue_free_run_slots", queue) == slots - carried
         boundary.hold()
         try:
             for n in range(2):
@@ -68,18 +77,17 @@ async def test_runs_in_flight_and_free_slots_follow_the_runs_the_workers_carry(
             await until(lambda: boundary.in_flight() == 2, "two model calls held")
             # A worker reports itself every few seconds: the gauge follows within that.
             deadline = time.monotonic() + 3 * PRESENCE_TTL.total_seconds()
-            while await gauge("ahp_queue_runs_in_flight") != 2:
+            while (await gauge("ahp_queue_runs_in_flight") or 0) < 2:
                 assert time.monotonic() < deadline, latest
                 await asyncio.sleep(0.5)
-            assert _queue(latest, "ahp_queue_free_run_slots", queue) == slots - 2
-            carried = sum(
-                value for (name, _), value in latest.items() if name == "ahp_worker_runs_in_flight"
-            )
-            assert carried == 2
+            slots, carried = slots_and_runs(latest)
+            assert carried >= 2
+            assert _queue(latest, "ahp_queue_runs_in_flight", queue) == carried
+            assert _queue(latest, "ahp_queue_free_run_slots", queue) == slots - carried
         finally:
             boundary.release()
         deadline = time.monotonic() + 3 * PRESENCE_TTL.total_seconds()
-        while await gauge("ahp_queue_runs_in_flight") != 0:
+        while (await gauge("ahp_queue_runs_in_flight") or 0) >= 2:
             assert time.monotonic() < deadline, latest
             await asyncio.sleep(0.5)
     assert len(boundary.calls()) == 2
