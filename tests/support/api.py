@@ -238,7 +238,8 @@ async def _answers(url: str) -> bool:
 def keyspace(client: redis.Redis, deployment: Settings | None = None) -> dict[str, str]:
     """Every key of the deployment's Redis with a digest of its value: what a refused
     request must leave unchanged. Left out: the controlled model's own keys, the workers'
-    maintenance-consumer liveness keys (a worker's heartbeat, not a request's) and
+    maintenance-consumer liveness keys and presence reports (a worker's heartbeat, not a
+    request's) and
     kombu's in-flight bookkeeping (``unacked*``: emptied when an earlier run is acked);
     a published run still shows in its task record and the queue lists.
 
@@ -257,6 +258,8 @@ def keyspace(client: redis.Redis, deployment: Settings | None = None) -> dict[st
         name = key if isinstance(key, str) else key.decode()
         if name.startswith(("ahp-test:", "unacked")) or ":maintenance:consumer" in name:
             continue
+        if name.endswith(":workers") or ":worker:" in name:
+            continue  # the workers' presence reports (``workers.presence``): a heartbeat
         kind = client.type(name)
         if kind == "hash":
             value: Any = client.hgetall(name)
