@@ -6,6 +6,7 @@ from wire.profiles import AgentProfile, CancellationSemantics, ModelSpec
 from wire.settings import Settings
 from wire.statistics import Histogram, TaskStatistics
 from wire.store import BusyPolicy
+from wire.tenants import TenantLimits
 
 from .errors import (
     CeleryHarnessError,
@@ -14,6 +15,9 @@ from .errors import (
     InteractionClosedError,
     RemoteTaskError,
     SessionBusyError,
+    TenantLimitError,
+    TenantQueueFullError,
+    TenantRateLimitedError,
     UnknownInteractionError,
     UnknownSessionError,
     UnknownTaskError,
@@ -45,6 +49,10 @@ __all__ = [
     "TaskInfo",
     "TaskMetrics",
     "TaskStatistics",
+    "TenantLimitError",
+    "TenantLimits",
+    "TenantQueueFullError",
+    "TenantRateLimitedError",
     "UnknownInteractionError",
     "UnknownSessionError",
     "UnknownTaskError",

@@ -16,6 +16,10 @@ its message)::
     │                               (``session_id``)
     ├── UnknownTaskError            no retained task of this id (for this tenant)
     │                               (``task_id``)
+    ├── TenantLimitError            a limit of the session's tenant refused the start
+    │   │                           (``tenant``, ``retry_after``); nothing was written
+    │   ├── TenantRateLimitedError  past its starts per second
+    │   └── TenantQueueFullError    its queued limit of parked tasks (``parked``)
     ├── IdempotencyKeyReusedError   an idempotency key came back with another request
     │                               (``key``, the ``task_id`` it started)
     ├── UnknownPersistentSessionError   (also IncompatibleRequirementError) a reference
@@ -40,6 +44,7 @@ its message)::
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 
 from agent_harness_protocol import (
     CompatibilityIssue,
@@ -123,6 +128,50 @@ class UnknownTaskError(CeleryHarnessError):
     def __init__(self, task_id: str) -> None:
         self.task_id = task_id
         super().__init__(f"no task {task_id!r}")
+
+
+class TenantLimitError(CeleryHarnessError):
+    """A limit of the session's tenant refused the start; nothing was written
+    (docs/tenants.md).
+
+    Attributes:
+        tenant: The tenant whose limit it is.
+        retry_after: When a start may succeed again (None: when one of the tenant's
+            queued tasks has started, which no one can tell in advance).
+    """
+
+    def __init__(self, tenant: str, message: str, retry_after: timedelta | None) -> None:
+        self.tenant = tenant
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class TenantRateLimitedError(TenantLimitError):
+    """The tenant started tasks faster than its ``starts_per_second``."""
+
+    def __init__(self, tenant: str, retry_after: timedelta) -> None:
+        super().__init__(
+            tenant,
+            f"tenant {tenant!r} is past its starts per second; retry in "
+            f"{retry_after.total_seconds():.3f} s",
+            retry_after,
+        )
+
+
+class TenantQueueFullError(TenantLimitError):
+    """The tenant has its ``queued`` limit of tasks waiting for its running limit.
+
+    Attributes:
+        parked: How many of its tasks wait.
+    """
+
+    def __init__(self, tenant: str, parked: int) -> None:
+        self.parked = parked
+        super().__init__(
+            tenant,
+            f"tenant {tenant!r} has {parked} tasks waiting for its running limit, its queued limit",
+            None,
+        )
 
 
 class IdempotencyKeyReusedError(CeleryHarnessError):

@@ -254,7 +254,13 @@ class CeleryHarness(AgentHarness, PersistentSessions):
             with reported("the session handle was not opened"):
                 await runtime.store.touch_handles(session_id, (handle_id,), runtime.handle_ttl_ms)
             runtime.track_handle(session_id, handle_id)
-        session = CelerySession(runtime, SessionId(session_id), spec, handle_id=handle_id)
+        session = CelerySession(
+            runtime,
+            SessionId(session_id),
+            spec,
+            handle_id=handle_id,
+            tenant=record.get(SessionField.TENANT, ""),
+        )
         active = record.get(SessionField.ACTIVE, "")
         if active:
             task = await self.attach_task(active)

@@ -46,7 +46,7 @@ class TaskInfo:
     outcome: TaskOutcome | None
     """The settled outcome; ``None`` until the task is terminal."""
     queued: bool
-    """Waiting behind its session's running task."""
+    """Waiting behind its session's running task, or parked (below)."""
     cancel_requested: bool
     deliveries: int
     created_at: datetime | None
@@ -55,6 +55,8 @@ class TaskInfo:
     settled_at: datetime | None
     pending_interactions: tuple[InteractionRequest, ...] = ()
     """What the task waits for its caller to answer (approvals, questions)."""
+    parked: bool = False
+    """Waiting for its tenant's running limit (docs/tenants.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,13 +150,14 @@ def task_info(
         tenant=record.get(TaskField.TENANT, ""),
         state=TaskState(record.get(TaskField.STATE, TaskState.STARTING.value)),
         outcome=outcome_from_json(loads(outcome_json), _remote) if outcome_json else None,
-        queued=record.get(TaskField.QUEUED) == "1",
+        queued=record.get(TaskField.QUEUED) == "1" or record.get(TaskField.PARKED) == "1",
         cancel_requested=record.get(TaskField.CANCEL) == "1",
         deliveries=int(record.get(TaskField.DELIVERIES, "0") or "0"),
         created_at=_time(record.get(TaskField.CREATED_MS)),
         claimed_at=_time(record.get(TaskField.CLAIMED_MS)),
         settled_at=_time(record.get(TaskField.SETTLED_MS)),
         pending_interactions=pending,
+        parked=record.get(TaskField.PARKED) == "1",
     )
 
 

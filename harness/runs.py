@@ -22,6 +22,8 @@ from agent_harness_protocol import (
     TaskStartUnconfirmedError,
 )
 
+from wire.tenants import TenantLimits
+
 from .admission import validate_task
 from .errors import CeleryHarnessError
 
@@ -48,9 +50,12 @@ async def start_run(
     *,
     tenant: str | None = None,
     keep: bool = False,
+    limits: TenantLimits | None = None,
 ) -> StartedRun:
     """Create a session for ``spec`` and start ``request`` in it: a single-task session,
     or with ``keep`` one that stays open for more tasks (the caller then owns it).
+    ``limits``: the tenant's, as for ``CelerySession.start_task``; a start they refuse
+    releases the session again (``TenantLimitError``: nothing is left).
 
     Raises:
         IncompatibleRequirementError: the spec or the request cannot be served here;
@@ -64,7 +69,7 @@ async def start_run(
     validate_task(request, harness.profile).require_compatible()
     session = await harness.create_session(spec, tenant=tenant, single_task=not keep)
     try:
-        task = await session.start_task(request)
+        task = await session.start_task(request, limits=limits)
     except TaskStartUnconfirmedError as error:
         # It may run (a worker may hold it already): stop it within the cleanup budget
         # as a release stops a session's task, so it ends Cancelled (or as it ended).

@@ -33,9 +33,16 @@ from wire.narrowing import narrowing_of
 from wire.provider import PROVIDER
 from wire.queues import queue_of
 from wire.store import BusyPolicy, ReleaseResult, StartResult
+from wire.tenants import TenantLimits, retry_after
 
 from .admission import validate_task
-from .errors import CheckpointCleanupError, IdempotencyKeyReusedError, SessionBusyError
+from .errors import (
+    CheckpointCleanupError,
+    IdempotencyKeyReusedError,
+    SessionBusyError,
+    TenantQueueFullError,
+    TenantRateLimitedError,
+)
 from .idempotency import fingerprinted_key
 from .redis_errors import Fate, fate, reported, transport_error
 from .runtime import CallerRuntime
@@ -67,8 +74,11 @@ class CelerySession(AgentSession):
         *,
         handle_id: str | None = None,
         single_task: bool = False,
+        tenant: str = "",
     ) -> None:
         self.runtime = runtime
+        self.tenant = tenant
+        """The session's owner ('' for none): whose limits its starts meet."""
         self._id = session_id
         self._spec = spec
         self._handle_id = handle_id
@@ -129,6 +139,7 @@ class CelerySession(AgentSession):
         *,
         idempotency_key: str | None = None,
         if_busy: BusyPolicy = BusyPolicy.REJECT,
+        limits: TenantLimits | None = None,
     ) -> CeleryTask:
         """Admit, claim the session atomically, and publish one run.
 
@@ -138,6 +149,9 @@ class CelerySession(AgentSession):
         ``if_busy=BusyPolicy.ENQUEUE`` queues the task behind the session's unsettled one
         (``task.queued``): queued tasks run strictly in order, each once the one before
         settled; releasing a non-persistent session settles them ``Cancelled``.
+        ``limits``: the session's tenant's (docs/tenants.md), applied in the start's
+        atomic step: past ``running`` the task is parked (``task.queued``) until one of
+        the tenant's tasks settles; None applies none and leaves the tenant's as they are.
 
         Raises:
             SessionBlockedError: released session, an unconfirmed earlier start, or a
@@ -145,6 +159,8 @@ class CelerySession(AgentSession):
             SessionBusyError: another task of this session has not settled.
             IncompatibleRequirementError: the request cannot be served.
             IdempotencyKeyReusedError: the key started a task with another request.
+            TenantRateLimitedError: past the tenant's starts per second; nothing written.
+            TenantQueueFullError: the tenant's queued limit is reached; nothing written.
             ValueError: the idempotency key is empty, longer than 255 characters or not
                 printable ASCII.
             HarnessTransportError: the run surely did not reach the broker and never
@@ -183,6 +199,7 @@ class CelerySession(AgentSession):
                 idempotency=idempotency,
                 idempotency_retention=self.runtime.settings.idempotency_retention,
                 queue=queue_of(self.runtime.profile, self.runtime.settings),
+                limits=limits,
             )
         except RedisError as error:
             if fate(error) is not Fate.REFUSED:
@@ -199,8 +216,13 @@ class CelerySession(AgentSession):
         if result is StartResult.REUSED:
             assert idempotency_key is not None
             raise IdempotencyKeyReusedError(idempotency_key, detail)
-        if result is StartResult.QUEUED:
-            # Its run is published by whoever settles the task ahead of it.
+        if result is StartResult.RATE_LIMITED:
+            raise TenantRateLimitedError(self.tenant, retry_after(int(detail)))
+        if result is StartResult.QUEUE_FULL:
+            raise TenantQueueFullError(self.tenant, int(detail))
+        if result in {StartResult.QUEUED, StartResult.PARKED}:
+            # Its run is published by whoever settles the task ahead of it (of its
+            # session, or of its tenant: a worker's dispatcher then).
             queued = CeleryTask(
                 self.runtime, self._id, task_id, queued=True, created_at=_redis_time(detail)
             )

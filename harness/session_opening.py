@@ -52,7 +52,9 @@ async def new_session(
         )
     if handle_id is not None:
         runtime.track_handle(session_id.value, handle_id)
-    session = CelerySession(runtime, session_id, spec, handle_id=handle_id, single_task=single_task)
+    session = CelerySession(
+        runtime, session_id, spec, handle_id=handle_id, single_task=single_task, tenant=tenant
+    )
     runtime.sessions.add(session)
     return session
 

@@ -321,6 +321,54 @@ class Keys:
         list only entries younger than the retention."""
         return f"{self.namespace}:dead-letters"
 
+    # -- tenants ------------------------------------------------------------------------
+    def tenant_prefix(self) -> str:
+        """Prefix of the tenant keys below; scripts build ``<prefix><tenant>`` and the
+        suffixed keys from a task record's tenant (docs/tenants.md)."""
+        return f"{self.namespace}:tenant:"
+
+    def tenant_limits(self, tenant: str) -> str:
+        """Hash: the tenant's limits as the API that started its latest task set them
+        (``running``, ``queued``; a field is absent when there is no such limit). Written
+        by ``start_task.lua`` with every start that passes limits, with a TTL of the task
+        retention renewed by each: the workers' settle and dispatch steps read the running
+        limit from here (the API's settings are its source)."""
+        return f"{self.tenant_prefix()}{tenant}"
+
+    def tenant_admitted(self, tenant: str) -> str:
+        """Set: the tenant's tasks past its running limit's gate (published, running,
+        paused or resuming: started and not settled). Added to by the step that admits a
+        task (``start_task.lua``, the prelude's ``promote()`` and ``dispatch_parked()``),
+        removed from by the settle helper; no TTL, and empty (so absent) once every such
+        task settled. The sweeper drops members that settled or expired meanwhile."""
+        return f"{self.tenant_prefix()}{tenant}:admitted"
+
+    def tenant_parked(self, tenant: str) -> str:
+        """List: ids of the tenant's tasks waiting for its running limit, oldest first;
+        they have no run message. Pushed by ``start_task.lua`` and ``promote()``; popped
+        by ``dispatch_parked()`` (prelude) as admitted tasks settle, an entry removed when
+        its task settles first (cancelled); absent when empty."""
+        return f"{self.tenant_prefix()}{tenant}:parked"
+
+    def tenant_rate(self, tenant: str) -> str:
+        """Hash: the tenant's token bucket for starts per second (``tokens`` in
+        thousandths, ``at`` in ms). Written only by a start that passes a rate, with a TTL
+        of the time the bucket takes to fill (an absent bucket is full)."""
+        return f"{self.tenant_prefix()}{tenant}:rate"
+
+    def tenants_parked(self) -> str:
+        """Set: tenants that parked a task (member: tenant name). Added to with each park,
+        removed by the sweeper once the tenant's parked list is empty: the sweeper
+        dispatches what the settles did not (a limit raised, a lost settle reply)."""
+        return f"{self.namespace}:tenants:parked"
+
+    def dispatch_queue(self) -> str:
+        """List: ids of parked tasks just admitted, whose run a worker publishes (the
+        worker's dispatcher, ``workers.dispatcher``, pops them). Pushed by the step that
+        admits them; a popped id whose publish was lost is published by the sweeper
+        after the hold-off (the task is owed a publish in :meth:`starting`, score 0)."""
+        return f"{self.namespace}:dispatch"
+
     # -- presence -----------------------------------------------------------------------
     def workers(self) -> str:
         """Sorted set: the worker processes that reported themselves (member: process

@@ -70,6 +70,13 @@ class TaskField(StrEnum):
     QUEUED = "queued"
     """``"1"`` while the task waits in its session's queue (``start_task.lua`` with the
     ``enqueue`` strategy); deleted when ``promote()`` starts it or it settles."""
+    PARKED = "parked"
+    """``"1"`` while the task waits for its tenant's running limit, with no run message
+    (``start_task.lua``, ``promote()``); deleted when ``dispatch_parked()`` admits it or
+    it settles (docs/tenants.md)."""
+    ADMITTED = "admitted"
+    """``"1"`` once the task counts against its tenant's running limit (a member of
+    ``Keys.tenant_admitted``); the settle removes it from that set."""
     ADOPTED = "adopted"
     """Redis time (ms) at which a retry with the start's ``Idempotency-Key`` found it
     never published and took its publish over (``start_task.lua``); a retry that could

@@ -37,6 +37,18 @@ class RecoveryStore:
         self._lapsed: AsyncScript = redis.register_script(scripts.LAPSED)
         self._recover_starting: AsyncScript = redis.register_script(scripts.RECOVER_STARTING)
         self._prune_starting: AsyncScript = redis.register_script(scripts.PRUNE_STARTING)
+        self._dispatch_tenants: AsyncScript = redis.register_script(scripts.DISPATCH_TENANTS)
+
+    async def dispatch_tenants(self) -> int:
+        """Admit the parked tasks their tenants have room for (``dispatch_tenants.lua``),
+        after dropping admitted tasks that settled unseen; how many were admitted (their
+        runs are published by the workers' dispatchers)."""
+        return int(
+            await self._dispatch_tenants(
+                keys=[self._keys.starting(), self._keys.tenants_parked()],
+                args=[self._keys.task_prefix()],
+            )
+        )
 
     async def lapsed_tasks(self) -> list[tuple[str, str]]:
         """``(task id, session id)`` of running tasks whose lease lapsed and whose

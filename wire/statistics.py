@@ -63,6 +63,8 @@ class TaskStatistics:
     """Tasks waiting behind their session's running task now (``enqueue``)."""
     duration: Histogram
     wait: Histogram
+    parked: int = 0
+    """Tasks waiting for their tenant's running limit now (docs/tenants.md)."""
 
 
 TERMINAL_STATES = ("completed", "failed", "cancelled", "unresolved")
@@ -89,6 +91,7 @@ def parse_task_statistics(fields: Mapping[str, str]) -> TaskStatistics:
         queued=max(0, int(fields.get("queued", "0"))),
         duration=_histogram(fields, TaskTiming.DURATION),
         wait=_histogram(fields, TaskTiming.WAIT),
+        parked=max(0, int(fields.get("parked", "0"))),
     )
 
 

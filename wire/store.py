@@ -40,6 +40,7 @@ from .store_results import (
     _text,
     claim_from_reply,
 )
+from .tenants import UNKNOWN_LIMITS, TenantLimits
 
 DEFAULT_TASK_RETENTION = timedelta(days=7)
 
@@ -154,12 +155,15 @@ class RecordStore(SettlingRecords, InteractionRecords):
         idempotency: tuple[str, str] | None = None,
         idempotency_retention: timedelta = timedelta(hours=24),
         queue: str,
+        limits: TenantLimits | None = None,
     ) -> tuple[StartResult, str]:
         """Claim the session and write the task record (see ``start_task.lua``); the task
         runs on broker ``queue``.
 
         ``idempotency``: the client's key and a fingerprint of its request; a key used
-        before answers ``REPLAY`` (same fingerprint) or ``REUSED`` with the earlier task."""
+        before answers ``REPLAY`` (same fingerprint) or ``REUSED`` with the earlier task.
+        ``limits``: the session's tenant's (``wire.tenants``); None leaves the tenant's
+        recorded limits as they are and applies none."""
         key, fingerprint = idempotency if idempotency is not None else ("", "")
         reply = await self._start(
             keys=[
@@ -180,6 +184,11 @@ class RecordStore(SettlingRecords, InteractionRecords):
                 fingerprint,
                 max(1, int(idempotency_retention.total_seconds())),
                 queue,
+                *(
+                    UNKNOWN_LIMITS
+                    if limits is None
+                    else limits.script_args(timedelta(seconds=self.retention_seconds))
+                ),
             ],
         )
         values = [_text(item) for item in reply]

@@ -33,6 +33,14 @@ class StartResult(StrEnum):
     OUTLIVED = "outlived"
     SPENT = "spent"
     """A single-task session has started its task; detail: that task's id."""
+    PARKED = "parked"
+    """Recorded, waiting for its tenant's running limit (no run message yet: the settle
+    that frees the tenant a place admits it); detail: as for ``OK``."""
+    RATE_LIMITED = "rate_limited"
+    """Past the tenant's starts per second, nothing written; detail: milliseconds until
+    a start is allowed."""
+    QUEUE_FULL = "queue_full"
+    """The tenant's queued limit is reached, nothing written; detail: its parked tasks."""
 
 
 class ClaimResult(StrEnum):

@@ -36,6 +36,7 @@ from .approval_route import CallerApprovalRoute
 from .checkpoints import FencedRedisSaver
 from .claimer import DeliveryClaimer
 from .control import CancelListener, MaintenanceConsumer
+from .dispatcher import ParkedRunDispatcher
 from .errors import FencingUnavailableError, RuntimeStoppedError
 from .graph import AgentGraph, ModelCalls
 from .import_cache import fail_fast_if_missing
@@ -172,7 +173,11 @@ class _LoopState:
         )
         self.background: list[asyncio.Task[None]] = []
         self.sweeper: LeaseSweeper | None = None
+        self.dispatcher: ParkedRunDispatcher | None = None
         if republish is not None:
+            self.dispatcher = ParkedRunDispatcher(
+                self.redis, self.keys, on_its_queue(republish, self.store, settings.queue)
+            )
             self.sweeper = LeaseSweeper(
                 settings,
                 self.store,
@@ -193,6 +198,8 @@ class _LoopState:
         self.renewer.start()
         if self.sweeper is not None:
             self.background.append(asyncio.create_task(self.sweeper.serve()))
+        if self.dispatcher is not None:
+            self.background.append(asyncio.create_task(self.dispatcher.serve()))
         self.background.append(asyncio.create_task(self.cancel_listener.serve()))
         self.background.append(asyncio.create_task(self.maintenance.serve()))
 

@@ -107,7 +107,7 @@ class LeaseSweeper:
     async def sweep(self) -> list[str]:
         """One pass; returns the ids of the tasks it published again or settled.
 
-        In the steady state (no lost run) a pass is two script calls, and one more per
+        In the steady state (no lost run) a pass is three script calls, and one more per
         served queue when the broker is the records' Redis."""
         recovered: list[str] = []
         for task_id, session_id in await self._recovery.lapsed_tasks():
@@ -130,6 +130,10 @@ class LeaseSweeper:
             if cancelled is CancelResult.SETTLED:
                 log.warning("task %s started on a released session; settled cancelled", task_id)
                 recovered.append(task_id)
+        # Tenants' lines: parked tasks a settle did not admit (a limit raised, a settle
+        # that ended a task unseen) are admitted now; the dispatchers publish them.
+        if await self._recovery.dispatch_tenants():
+            log.info("admitted parked tasks their tenants had room for")
         for queue in self.queues if self._search_queue else ():
             for found in await self._recovery.recover_starting(
                 queue, self._unclaimed_ms, self._holdoff_ms, self._unpublished

@@ -105,6 +105,7 @@ class _Snapshot(Collector):
         tasks.add_metric(("starting",), metrics.starting)
         tasks.add_metric(("running",), metrics.running)
         tasks.add_metric(("queued",), statistics.queued)
+        tasks.add_metric(("parked",), statistics.parked)
         yield tasks
         yield CounterMetricFamily(
             "ahp_tasks_started", "Tasks started (queued ones included).", value=statistics.started

@@ -164,7 +164,10 @@ class TaskResource(BaseModel):
     session_id: str
     state: TaskState
     outcome: Outcome | None = Field(description="Set once the task is terminal.")
-    queued: bool = Field(description="Waiting behind its session's running task.")
+    queued: bool = Field(
+        description="Waiting behind its session's running task, or for its tenant's "
+        "running limit (docs/tenants.md)."
+    )
     cancel_requested: bool
     created_at: datetime | None
     claimed_at: datetime | None = Field(description="The latest claim by a worker.")

@@ -13,6 +13,7 @@ The mapping from the harness's errors to problems lives here and only here
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from http import HTTPStatus
@@ -30,6 +31,8 @@ from starlette.responses import JSONResponse
 from harness.errors import (
     IdempotencyKeyReusedError,
     SessionBusyError,
+    TenantQueueFullError,
+    TenantRateLimitedError,
     UnknownSessionError,
     UnknownTaskError,
 )
@@ -64,6 +67,8 @@ class ProblemType(StrEnum):
     TRANSPORT_ERROR = "transport-error"
     START_UNCONFIRMED = "start-unconfirmed"
     UNAVAILABLE = "unavailable"
+    TENANT_RATE_LIMITED = "tenant-rate-limited"
+    TENANT_QUEUE_FULL = "tenant-queue-full"
     INTERNAL = "internal-error"
 
     @property
@@ -176,6 +181,8 @@ _TITLES: dict[ProblemType, str] = {
     ProblemType.TRANSPORT_ERROR: "The harness could not reach its store or broker",
     ProblemType.START_UNCONFIRMED: "The task's start is unconfirmed",
     ProblemType.UNAVAILABLE: "The service is not available",
+    ProblemType.TENANT_RATE_LIMITED: "The tenant is starting tasks faster than its limit",
+    ProblemType.TENANT_QUEUE_FULL: "The tenant has its limit of tasks waiting",
     ProblemType.INTERNAL: "Internal error",
 }
 
@@ -219,6 +226,22 @@ def problem_for(error: Exception) -> ProblemError | None:
             "started (use a new key for a new request)",
             task_id=error.task_id,
             issues=[Issue(path="header.Idempotency-Key", message="used for another request")],
+        )
+    if isinstance(error, TenantRateLimitedError):
+        assert error.retry_after is not None
+        return ProblemError(
+            ProblemType.TENANT_RATE_LIMITED,
+            429,
+            f"{error}; nothing was started",
+            retry=Retry.SAFE,
+            headers={"Retry-After": str(max(1, math.ceil(error.retry_after.total_seconds())))},
+        )
+    if isinstance(error, TenantQueueFullError):
+        return ProblemError(
+            ProblemType.TENANT_QUEUE_FULL,
+            429,
+            f"{error}; nothing was started (start again once some of them have started)",
+            retry=Retry.SAFE,
         )
     if isinstance(error, SessionBusyError):
         return ProblemError(

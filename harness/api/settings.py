@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from wire.keys import ID_RULE, is_valid_id
 from wire.settings import plain_seconds
+from wire.tenants import TenantLimits
 
 MIB = 1024 * 1024
 
@@ -91,6 +92,18 @@ class ApiSettings(BaseSettings):
         "own tasks' dead letters and nobody lists malformed messages over HTTP (the "
         "``ahp-celery dead-letters`` command still does). At least 16 characters.",
     )
+    tenant_limits: dict[str, TenantLimits] = Field(
+        default_factory=dict,
+        description="Per-tenant limits as a JSON object mapping a tenant to its limits "
+        '(``{"acme": {"running": 8, "queued": 1000, "starts_per_second": 20}}``; each of '
+        "``running``, ``queued``, ``starts_per_second`` and ``burst`` optional). A tenant "
+        "not listed has ``default_tenant_limits``. See docs/tenants.md.",
+    )
+    default_tenant_limits: TenantLimits = Field(
+        default_factory=TenantLimits,
+        description="The limits of every tenant ``tenant_limits`` does not list (JSON, "
+        "the same shape); default: none.",
+    )
     handle_cache: int = Field(
         default=4096,
         ge=16,
@@ -143,6 +156,18 @@ class ApiSettings(BaseSettings):
             if any(len(token.get_secret_value()) < 16 for token in tokens):
                 raise ValueError(f"a token of tenant {tenant} is shorter than 16 characters")
         return self
+
+    @field_validator("tenant_limits")
+    @classmethod
+    def _limited_tenants_are_ids(cls, value: dict[str, TenantLimits]) -> dict[str, TenantLimits]:
+        for tenant in value:
+            if not is_valid_id(tenant):
+                raise ValueError(f"a tenant name must be {ID_RULE}")
+        return value
+
+    def limits_of(self, tenant: str) -> TenantLimits:
+        """The limits every start of ``tenant``'s tasks meets."""
+        return self.tenant_limits.get(tenant, self.default_tenant_limits)
 
     @field_validator("operator_token")
     @classmethod

@@ -178,6 +178,7 @@ async def start_in_session(
             _request(body),
             idempotency_key=idempotency_key,
             if_busy=BusyPolicy(body.if_busy.value),
+            limits=api.settings.limits_of(tenant),
         )
     except SessionBlockedError:
         # A cached handle of a session another replica released answers like any
@@ -212,7 +213,14 @@ async def start_as_run(api: ApiState, tenant: str, body: RunTask, request: Reque
     check_instructions(api, body.instructions)
     spec = NarrowedSessionSpec(instructions=body.instructions, requirements=SessionRequirements())
     keep = body.on_completion is OnCompletion.KEEP
-    run = await start_run(api.harness, spec, _request(body), tenant=tenant, keep=keep)
+    run = await start_run(
+        api.harness,
+        spec,
+        _request(body),
+        tenant=tenant,
+        keep=keep,
+        limits=api.settings.limits_of(tenant),
+    )
     if keep:
         api.handles.add_session(tenant, run.session)
     _track(api, tenant, run.task, body)

@@ -51,6 +51,58 @@ local function observe(stats, name, ms)
   redis.call('HINCRBY', stats, name .. ':sum_ms', ms)
   redis.call('HINCRBY', stats, name .. ':count', 1)
 end
+-- Tenants (docs/tenants.md; keys as Keys.tenant_*, named here from the starting set's
+-- key). A tenant with a running limit has at most that many tasks admitted (started,
+-- past their session's queue, not settled); the others are parked, oldest first, with no
+-- run message, and every settle of an admitted task admits the oldest parked one.
+local function namespace_of(starting)
+  return string.sub(starting, 1, #starting - #'starting')
+end
+local function tenant_key(starting, tenant, suffix)
+  return namespace_of(starting) .. 'tenant:' .. tenant .. suffix
+end
+-- Whether the tenant may have one more task admitted (always, without a running limit).
+local function tenant_room(starting, tenant)
+  local limit = tonumber(redis.call('HGET', tenant_key(starting, tenant, ''), 'running') or '')
+  return not limit or redis.call('SCARD', tenant_key(starting, tenant, ':admitted')) < limit
+end
+local function tenant_limited(starting, tenant)
+  return redis.call('HEXISTS', tenant_key(starting, tenant, ''), 'running') == 1
+end
+local function admit(task, task_id, tenant, starting)
+  redis.call('SADD', tenant_key(starting, tenant, ':admitted'), task_id)
+  redis.call('HSET', task, 'admitted', '1')
+end
+local function park(task, task_id, tenant, starting)
+  redis.call('HSET', task, 'parked', '1')
+  redis.call('RPUSH', tenant_key(starting, tenant, ':parked'), task_id)
+  redis.call('SADD', namespace_of(starting) .. 'tenants:parked', tenant)
+  redis.call('HINCRBY', statistics_key(starting), 'parked', 1)
+end
+-- Admit the tenant's parked tasks while it has room, oldest first. Each is owed its
+-- publish as a promoted task is: a worker's dispatcher publishes it at once
+-- (Keys.dispatch_queue), the sweeper after the hold-off if that publish is lost (it is
+-- due in the starting set at once, score 0). Returns how many were admitted.
+local function dispatch_parked(starting, tenant)
+  local parked = tenant_key(starting, tenant, ':parked')
+  local prefix = namespace_of(starting) .. 'task:'
+  local admitted = 0
+  while tenant_room(starting, tenant) do
+    local next_id = redis.call('LPOP', parked)
+    if not next_id then break end
+    local key = prefix .. next_id
+    if redis.call('HGET', key, 'parked') == '1' then
+      redis.call('HDEL', key, 'parked')
+      redis.call('HINCRBY', statistics_key(starting), 'parked', -1)
+      admit(key, next_id, tenant, starting)
+      redis.call('HSET', key, 'published', '1', 'recover_at', now_ms() + 3000)
+      redis.call('ZADD', starting, 0, next_id)
+      redis.call('RPUSH', namespace_of(starting) .. 'dispatch', next_id)
+      admitted = admitted + 1
+    end
+  end
+  return admitted
+end
 -- The task a settle or release promoted from its session's queue ('' if none): the
 -- script that ran it returns it, so its caller publishes the run at once.
 local PROMOTED = ''
@@ -69,9 +121,18 @@ local function promote(session, prefix, starting)
     if redis.call('HGET', key, 'state') == 'starting' then
       redis.call('HSET', session, 'active', next_id)
       redis.call('HDEL', key, 'queued')
+      redis.call('HINCRBY', statistics_key(starting), 'queued', -1)
+      local tenant = redis.call('HGET', key, 'tenant') or ''
+      if tenant_limited(starting, tenant) then
+        if not tenant_room(starting, tenant) then
+          -- Its session is free, its tenant is not: it waits in the tenant's line.
+          park(key, next_id, tenant, starting)
+          return
+        end
+        admit(key, next_id, tenant, starting)
+      end
       redis.call('HSET', key, 'published', '1', 'recover_at', now_ms() + 3000)
       redis.call('ZADD', starting, 0, next_id)
-      redis.call('HINCRBY', statistics_key(starting), 'queued', -1)
       PROMOTED = next_id
       return
     end
@@ -143,11 +204,22 @@ local function settle(task, session, events, lease, running, starting, task_id, 
   local encoded = cjson.encode(outcome)
   local now = now_ms()
   local stats = statistics_key(starting)
-  if redis.call('HGET', task, 'queued') == '1' then
+  local waits = redis.call('HMGET', task, 'queued', 'parked', 'admitted', 'tenant')
+  if waits[1] == '1' then
     -- Settled while waiting behind another task (cancelled, or its session released).
     redis.call('LREM', session .. ':queue', 0, task_id)
     redis.call('HDEL', task, 'queued')
     redis.call('HINCRBY', stats, 'queued', -1)
+  end
+  local tenant = waits[4] or ''
+  if waits[2] == '1' then
+    -- Settled while waiting for its tenant's running limit (cancelled).
+    redis.call('LREM', tenant_key(starting, tenant, ':parked'), 0, task_id)
+    redis.call('HDEL', task, 'parked')
+    redis.call('HINCRBY', stats, 'parked', -1)
+  end
+  if waits[3] == '1' then
+    redis.call('SREM', tenant_key(starting, tenant, ':admitted'), task_id)
   end
   clear_pending(task, events, 'task_ended')
   redis.call('HSET', task, 'state', state, 'outcome', encoded, 'settled_ms', now)
@@ -174,6 +246,7 @@ local function settle(task, session, events, lease, running, starting, task_id, 
     redis.call('HSET', session, 'active', '')
     promote(session, string.sub(task, 1, #task - #task_id), starting)
   end
+  if waits[3] == '1' then dispatch_parked(starting, tenant) end
   redis.call('EXPIRE', task, retention)
   redis.call('EXPIRE', events, retention)
   redis.call('EXPIRE', task .. ':interactions', retention)

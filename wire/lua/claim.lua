@@ -37,8 +37,10 @@ if not state then return counted('missing') end
 if redis.call('HGET', KEYS[1], 'session') ~= ARGV[3] then return counted('missing') end
 redis.call('ZREM', KEYS[7], ARGV[4])
 if TERMINAL[state] then return counted('terminal') end
--- Queued behind another task: no message of it should exist before its promotion.
-if redis.call('HGET', KEYS[1], 'queued') == '1' then return counted('busy') end
+-- Queued behind another task, or parked by its tenant's running limit: no message of it
+-- should exist before its promotion.
+local waits = redis.call('HMGET', KEYS[1], 'queued', 'parked')
+if waits[1] == '1' or waits[2] == '1' then return counted('busy') end
 local paused = state == 'awaiting_response'
 if paused and redis.call('HGET', KEYS[1], 'resume') ~= '1' then return counted('waiting') end
 local retention = tonumber(ARGV[9])

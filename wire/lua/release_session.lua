@@ -5,7 +5,8 @@
 -- id ('' if none), ARGV[4] retention seconds of a settled task's record and stream
 -- Releases a non-persistent session. 'close' marks it closed (no task may start any more);
 -- an unconfirmed start no worker has claimed yet can then never run, so it is settled
--- Cancelled with measured-zero usage here (its record tells the caller what became of it;
+-- Cancelled with measured-zero usage here, as is an active task its tenant's running limit
+-- parked (its record tells the caller what became of it;
 -- a claim that came first runs it to its end). When none of its tasks is unsettled, the
 -- session is forgotten in the same step. 'forget' (after the caller stopped its task)
 -- forgets it whatever still runs. Forgetting deletes the record, lease, fence and handle
@@ -36,6 +37,13 @@ if ARGV[2] == 'close' then
            '', false, tonumber(ARGV[4]))
   end
   local active = redis.call('HGET', KEYS[1], 'active') or ''
+  local parked_key = ARGV[1] .. active
+  if active ~= '' and redis.call('HGET', parked_key, 'parked') == '1' then
+    -- Waiting for its tenant's running limit, with no run message: it never runs now.
+    local outcome = {type='cancelled', task_id=active, output=cjson.null, usage=usage_zero()}
+    settle(parked_key, KEYS[1], parked_key .. ':events', KEYS[2], KEYS[5], KEYS[6], active,
+           'cancelled', outcome, '', false, tonumber(ARGV[4]))
+  end
   if active ~= '' then
     local state = redis.call('HGET', ARGV[1] .. active, 'state')
     if state and not TERMINAL[state] then return {'closed', active} end

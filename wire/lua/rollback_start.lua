@@ -14,7 +14,12 @@ if redis.call('HGET', KEYS[2], 'queued') == '1' then
   redis.call('LREM', KEYS[1] .. ':queue', 0, ARGV[1])
   redis.call('HINCRBY', statistics_key(KEYS[3]), 'queued', -1)
 end
+local tenant_of = redis.call('HMGET', KEYS[2], 'tenant', 'admitted')
 redis.call('DEL', KEYS[2])
+if tenant_of[2] == '1' then
+  redis.call('SREM', tenant_key(KEYS[3], tenant_of[1] or '', ':admitted'), ARGV[1])
+  dispatch_parked(KEYS[3], tenant_of[1] or '')
+end
 if redis.call('HGET', KEYS[1], 'active') == ARGV[1] then
   redis.call('HSET', KEYS[1], 'active', '')
   promote(KEYS[1], string.sub(KEYS[2], 1, #KEYS[2] - #ARGV[1]), KEYS[3])

@@ -4,8 +4,14 @@
 -- ARGV[1] task id, ARGV[2] input JSON, ARGV[3] task key prefix, ARGV[4] session id,
 -- ARGV[5] 'reject' | 'enqueue' (when the session is busy), ARGV[6] request fingerprint
 -- ('' without an idempotency key), ARGV[7] idempotency retention seconds, ARGV[8] the
--- broker queue the task runs on (kept in the record for every later message of it)
--- Returns {'ok', created ms} | {'queued', created ms} | {'replay', task id}
+-- broker queue the task runs on (kept in the record for every later message of it),
+-- ARGV[9..13] the tenant's limits (wire.tenants.TenantLimits.script_args; all '' for
+-- none): running, queued, starts per second, bucket size, the limits record's TTL (s);
+-- ARGV[13] '' passes no limits at all (a start that knows none: nothing is changed), a
+-- TTL with ARGV[9] '' lifts a running limit the tenant had
+-- Returns {'ok', created ms} | {'queued', created ms} | {'parked', created ms}
+--         | {'rate_limited', ms until a start is allowed} | {'queue_full', parked}
+--         | {'replay', task id}
 --         | {'adopted', task id} (a replay whose first attempt never published: publish it)
 --         | {'reused', task id}
 --         | {'unknown'} | {'closed'} | {'unconfirmed', ref} | {'busy', task id}
@@ -56,6 +62,31 @@ if not waiting and redis.call('EXISTS', KEYS[3]) == 1 then
 end
 if not waiting and redis.call('LLEN', KEYS[5]) > 0 then waiting = enqueue end
 local now = now_ms()
+-- The tenant's limits (docs/tenants.md), checked before anything is written: a start
+-- refused by one leaves no trace. A start behind its session's task meets the running
+-- limit when promote() frees the session.
+local tenant = record[4] or ''
+local running = tonumber(ARGV[9])
+if running and not waiting and ARGV[10] ~= '' then
+  local parked = redis.call('LLEN', tenant_key(KEYS[4], tenant, ':parked'))
+  local free = running - redis.call('SCARD', tenant_key(KEYS[4], tenant, ':admitted'))
+  if free < 0 then free = 0 end
+  if parked >= free and parked - free >= tonumber(ARGV[10]) then
+    return {'queue_full', parked}
+  end
+end
+if ARGV[11] ~= '' then
+  -- A token bucket in thousandths of a start: full when absent, refilled at the rate.
+  local rate, size = tonumber(ARGV[11]), tonumber(ARGV[12]) * 1000
+  local bucket_key = tenant_key(KEYS[4], tenant, ':rate')
+  local bucket = redis.call('HMGET', bucket_key, 'tokens', 'at')
+  local tokens = tonumber(bucket[1]) or size
+  local at = tonumber(bucket[2]) or now
+  if now > at then tokens = math.min(size, tokens + (now - at) * rate) end
+  if tokens < 1000 then return {'rate_limited', math.ceil((1000 - tokens) / rate)} end
+  redis.call('HSET', bucket_key, 'tokens', math.floor(tokens - 1000), 'at', now)
+  redis.call('PEXPIRE', bucket_key, math.ceil(size / rate) + 1000)
+end
 -- 'published' turns 1 once the caller saw the publish return (see confirm_start.lua).
 redis.call('HSET', KEYS[2], 'session', ARGV[4], 'state', 'starting', 'input', ARGV[2],
            'deliveries', 0, 'published', 0, 'created_ms', now, 'tenant', record[4] or '',
@@ -64,6 +95,16 @@ redis.call('HINCRBY', KEYS[7], 'started', 1)
 if ARGV[6] ~= '' then
   redis.call('SET', KEYS[6], ARGV[1] .. ' ' .. ARGV[6], 'EX', ARGV[7])
   redis.call('HSET', KEYS[2], 'idempotency', KEYS[6])
+end
+local limits = tenant_key(KEYS[4], tenant, '')
+if running then
+  redis.call('HSET', limits, 'running', running)
+  if ARGV[10] ~= '' then redis.call('HSET', limits, 'queued', ARGV[10])
+  else redis.call('HDEL', limits, 'queued') end
+  redis.call('EXPIRE', limits, ARGV[13])
+elseif ARGV[13] ~= '' and redis.call('HDEL', limits, 'running', 'queued') > 0 then
+  -- The limit was lifted: what it parked goes now.
+  dispatch_parked(KEYS[4], tenant)
 end
 if waiting then
   -- Behind the running task: no message yet, not in the starting set; the settle that
@@ -74,5 +115,14 @@ if waiting then
   return {'queued', now}
 end
 redis.call('HSET', KEYS[1], 'active', ARGV[1])
+if running then
+  -- Parked starts go first (a limit raised since is applied here).
+  dispatch_parked(KEYS[4], tenant)
+  if not tenant_room(KEYS[4], tenant) then
+    park(KEYS[2], ARGV[1], tenant, KEYS[4])
+    return {'parked', now}
+  end
+  admit(KEYS[2], ARGV[1], tenant, KEYS[4])
+end
 redis.call('ZADD', KEYS[4], now, ARGV[1])
 return {'ok', now}

@@ -133,7 +133,12 @@ class LangGraphService:
         if thread is None:
             spec = SessionSpec(requirements=SessionRequirements())
             started = await start_run(
-                self.api.harness, spec, request, tenant=tenant, keep=body.on_completion == "keep"
+                self.api.harness,
+                spec,
+                request,
+                tenant=tenant,
+                keep=body.on_completion == "keep",
+                limits=self.api.settings.limits_of(tenant),
             )
             task = started.task
             thread_id, base = started.session.id.value, ()
@@ -222,7 +227,9 @@ class LangGraphService:
                 handle = await self.api.handles.task(tenant, running.id)
                 await handle.request_cancellation()
         policy = BusyPolicy.REJECT if strategy == "reject" else BusyPolicy.ENQUEUE
-        return await session.start_task(request, if_busy=policy)
+        return await session.start_task(
+            request, if_busy=policy, limits=self.api.settings.limits_of(tenant)
+        )
 
     async def _resume(
         self, tenant: str, thread: ThreadRecord, body: RunCreate
