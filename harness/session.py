@@ -227,6 +227,11 @@ class CelerySession(AgentSession):
                 self.runtime, self._id, task_id, queued=True, created_at=_redis_time(detail)
             )
             queued.start_reading()
+            if result is StartResult.PARKED:
+                # The session's own task, waiting for its tenant: this session's current.
+                self._current = queued
+                if self._single_task:
+                    queued.when_settled(self._ended)
             return queued
         if result is StartResult.BUSY:
             raise SessionBusyError(self._id.value, detail)

@@ -353,13 +353,14 @@ class Keys:
     def tenant_rate(self, tenant: str) -> str:
         """Hash: the tenant's token bucket for starts per second (``tokens`` in
         thousandths, ``at`` in ms). Written only by a start that passes a rate, with a TTL
-        of the time the bucket takes to fill (an absent bucket is full)."""
+        of a minute past the time the bucket takes to fill (an absent bucket is full)."""
         return f"{self.tenant_prefix()}{tenant}:rate"
 
     def tenants_parked(self) -> str:
         """Set: tenants that parked a task (member: tenant name). Added to with each park,
-        removed by the sweeper once the tenant's parked list is empty: the sweeper
-        dispatches what the settles did not (a limit raised, a lost settle reply)."""
+        removed by the step that admits the tenant's last parked task; the sweeper
+        admits what the settles did not (a limit raised, an admitted task that settled
+        unseen) for the tenants listed here."""
         return f"{self.namespace}:tenants:parked"
 
     def dispatch_queue(self) -> str:

@@ -27,7 +27,7 @@ from celery.signals import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from wire.celery_config import RESUME_PRIORITY, RUN_TASK, celery_config
+from wire.celery_config import RUN_TASK, celery_config
 from wire.messages import RunMessage
 from wire.profiles import AgentProfile
 from wire.settings import Settings
@@ -61,7 +61,7 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
             **guarded_transport_options(intake),
         }
 
-    def republish(task_id: str, session_id: str, queue: str) -> None:
+    def republish(task_id: str, session_id: str, queue: str, priority: int) -> None:
         # Publish retry stays off: the sweeper's hold-off decides when to try again.
         message = RunMessage(settings.namespace, task_id, session_id)
         app.send_task(
@@ -69,7 +69,7 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
             kwargs=message.kwargs(),
             task_id=task_id,
             queue=queue,
-            priority=RESUME_PRIORITY,
+            priority=priority,
             retry=False,
         )
 

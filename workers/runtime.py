@@ -21,6 +21,7 @@ from uuid import uuid4
 
 from redis.asyncio import BlockingConnectionPool, Redis
 
+from wire.celery_config import START_PRIORITY
 from wire.errors import RedisModulesMissingError
 from wire.keys import Keys
 from wire.modules import missing_modules
@@ -153,7 +154,7 @@ class _LoopState:
                 settings.checkpoints_kept,
             ),
             publish=(
-                on_its_queue(republish, self.store, settings.queue)
+                on_its_queue(republish, self.store, settings.queue, START_PRIORITY)
                 if republish is not None
                 else None
             ),
@@ -175,9 +176,7 @@ class _LoopState:
         self.sweeper: LeaseSweeper | None = None
         self.dispatcher: ParkedRunDispatcher | None = None
         if republish is not None:
-            self.dispatcher = ParkedRunDispatcher(
-                self.redis, self.keys, on_its_queue(republish, self.store, settings.queue)
-            )
+            self.dispatcher = ParkedRunDispatcher(self.redis, self.keys, republish, settings.queue)
             self.sweeper = LeaseSweeper(
                 settings,
                 self.store,

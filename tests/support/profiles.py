@@ -263,6 +263,8 @@ _ALL = [
     _profile("guarding-q2", tools=(GUARDED_EFFECT,), plan=GUARDED_PLAN, queue=SECOND_QUEUE),
     # A model that streams for about a second unless cancelled.
     _profile("slow", load_chunks=20, chunk_delay_ms=50),
+    # A call streams for 0.1 s: a burst of them keeps the pool's slots busy.
+    _profile("brisk", load_chunks=4, chunk_delay_ms=25),
     _profile("slow-unconfirmed", cancellation=UNCONFIRMED, load_chunks=20, chunk_delay_ms=50),
     _profile("undeclared"),
     _profile("ephemeral-hidden", retention=Retention.EPHEMERAL, visibility=Visibility.HIDDEN),

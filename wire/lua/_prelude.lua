@@ -101,6 +101,9 @@ local function dispatch_parked(starting, tenant)
       admitted = admitted + 1
     end
   end
+  if redis.call('EXISTS', parked) == 0 then
+    redis.call('SREM', namespace_of(starting) .. 'tenants:parked', tenant)
+  end
   return admitted
 end
 -- The task a settle or release promoted from its session's queue ('' if none): the

@@ -85,7 +85,8 @@ if ARGV[11] ~= '' then
   if now > at then tokens = math.min(size, tokens + (now - at) * rate) end
   if tokens < 1000 then return {'rate_limited', math.ceil((1000 - tokens) / rate)} end
   redis.call('HSET', bucket_key, 'tokens', math.floor(tokens - 1000), 'at', now)
-  redis.call('PEXPIRE', bucket_key, math.ceil(size / rate) + 1000)
+  -- Kept a minute past the time it takes to fill (an absent bucket is full).
+  redis.call('PEXPIRE', bucket_key, math.ceil(size / rate) + 60000)
 end
 -- 'published' turns 1 once the caller saw the publish return (see confirm_start.lua).
 redis.call('HSET', KEYS[2], 'session', ARGV[4], 'state', 'starting', 'input', ARGV[2],
