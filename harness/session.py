@@ -33,7 +33,9 @@ from wire.narrowing import narrowing_of
 from wire.provider import PROVIDER
 from wire.queues import queue_of
 from wire.store import BusyPolicy, ReleaseResult, StartResult
+from wire.tracing_context import active
 
+from . import spans
 from .admission import validate_task
 from .errors import CheckpointCleanupError, IdempotencyKeyReusedError, SessionBusyError
 from .idempotency import fingerprinted_key
@@ -156,6 +158,16 @@ class CelerySession(AgentSession):
                 the session was released (then it ends ``Cancelled``). Its fate is in
                 its task record, ``Keys.task(reference.request_id)``.
         """
+        if not active():
+            return await self._start_task(request, idempotency_key, if_busy)
+        with spans.starting(self._id.value) as span:
+            task = await self._start_task(request, idempotency_key, if_busy)
+            spans.started(span, task.id.value)
+            return task
+
+    async def _start_task(
+        self, request: TaskRequest, idempotency_key: str | None, if_busy: BusyPolicy
+    ) -> CeleryTask:
         if self._closed or self.runtime.closed:
             raise SessionBlockedError(self._id, "session has been released")
         self.validate(request).require_compatible()
@@ -199,11 +211,17 @@ class CelerySession(AgentSession):
         if result is StartResult.REUSED:
             assert idempotency_key is not None
             raise IdempotencyKeyReusedError(idempotency_key, detail)
+        trace_context = (
+            await spans.keep_trace(store, task_id.value)
+            if result in {StartResult.OK, StartResult.QUEUED} and active()
+            else None
+        )
         if result is StartResult.QUEUED:
             # Its run is published by whoever settles the task ahead of it.
             queued = CeleryTask(
                 self.runtime, self._id, task_id, queued=True, created_at=_redis_time(detail)
             )
+            queued.traced(trace_context)
             queued.start_reading()
             return queued
         if result is StartResult.BUSY:
@@ -223,6 +241,7 @@ class CelerySession(AgentSession):
         if result is not StartResult.OK:
             raise SessionBlockedError(self._id, f"session cannot start tasks: {result.value}")
         task = CeleryTask(self.runtime, self._id, task_id, created_at=_redis_time(detail))
+        task.traced(trace_context)
         try:
             await self.runtime.publisher.publish(
                 task_id.value, self._id.value, queue_of(self.runtime.profile, self.runtime.settings)
