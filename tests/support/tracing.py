@@ -24,6 +24,7 @@ from typing import Any
 from opentelemetry import trace as trace_api
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -140,7 +141,7 @@ class OtlpReceiver:
                             span_id=span.span_id.hex(),
                             parent_id=span.parent_span_id.hex() or None,
                             service=str(resource.get(SERVICE_NAME, "")),
-                            kind=_kind(span.Kind.Name(span.kind)),
+                            kind=_kind(Span.SpanKind.Name(span.kind)),
                             attributes=_attributes(span.attributes),
                             events=tuple(
                                 (event.name, _attributes(event.attributes)) for event in span.events
