@@ -18,6 +18,7 @@ Names and attributes follow OpenTelemetry's GenAI conventions:
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -30,6 +31,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from wire.tracing_context import active, tracer
 
 from .middleware import ModelHandler, ToolHandler
+
+log = logging.getLogger(__name__)
 
 
 class CallSpans(AgentMiddleware[Any, Any, Any]):
@@ -89,6 +92,13 @@ class CallSpans(AgentMiddleware[Any, Any, Any]):
 
 
 def _model_answer(span: Span, response: object) -> None:
+    try:
+        _record_answer(span, response)
+    except Exception as error:  # a model's odd metadata never fails its call
+        log.warning("the model call's span lacks its answer's attributes: %s", error)
+
+
+def _record_answer(span: Span, response: object) -> None:
     messages = response.result if isinstance(response, ModelResponse) else [response]
     for message in messages:
         if not isinstance(message, AIMessage):

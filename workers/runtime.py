@@ -388,7 +388,10 @@ class WorkerRuntime:
                 return await read_summary(state.store, task_id)
 
             return self.call(run_then_summarise())
-        delivery.claimed(claimed, claim_began)
+        try:
+            delivery.claimed(claimed, claim_began)
+        except Exception:  # tracing never fails a run
+            log.exception("task %s: its delivery span could not be made", task_id)
 
         async def traced_run() -> RunSummary:
             token = otel_context.attach(delivery.context() or otel_context.get_current())
