@@ -68,3 +68,13 @@ def test_the_worker_keeps_a_provider_its_program_installed() -> None:
         installed = trace.get_tracer_provider()
         assert configure_tracing(Settings(tracing=TracingMode.OTLP), "ahp-worker")
         assert trace.get_tracer_provider() is installed
+
+
+def test_the_test_helper_resets_globals_opentelemetry_still_has() -> None:
+    """``tests.support.tracing.traced_process`` resets OpenTelemetry's private globals, as
+    its own test helpers do; a release that renames them fails here, not as a trace that
+    went to another test's exporter."""
+    from opentelemetry.util._once import Once
+
+    assert isinstance(trace._TRACER_PROVIDER_SET_ONCE, Once)  # type: ignore[attr-defined]
+    assert hasattr(trace, "_TRACER_PROVIDER")
