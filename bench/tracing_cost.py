@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -227,6 +228,7 @@ def baseline_tree(ref: str) -> Iterator[Path]:
             ["git", "worktree", "remove", "--force", str(path)],
             cwd=ROOT, check=False, capture_output=True,
         )  # fmt: skip
+        shutil.rmtree(path.parent, ignore_errors=True)
 
 
 def run_driver(config: dict[str, Any], env_extra: dict[str, str]) -> dict[str, Any]:
