@@ -34,7 +34,9 @@ from wire.provider import PROVIDER
 from wire.queues import queue_of
 from wire.store import BusyPolicy, ReleaseResult, StartResult
 from wire.tenants import TenantLimits, retry_after
+from wire.tracing_context import active
 
+from . import spans
 from .admission import validate_task
 from .errors import (
     CheckpointCleanupError,
@@ -172,6 +174,20 @@ class CelerySession(AgentSession):
                 the session was released (then it ends ``Cancelled``). Its fate is in
                 its task record, ``Keys.task(reference.request_id)``.
         """
+        if not active():
+            return await self._start_task(request, idempotency_key, if_busy, limits)
+        with spans.starting(self._id.value) as span:
+            task = await self._start_task(request, idempotency_key, if_busy, limits)
+            spans.started(span, task.id.value)
+            return task
+
+    async def _start_task(
+        self,
+        request: TaskRequest,
+        idempotency_key: str | None,
+        if_busy: BusyPolicy,
+        limits: TenantLimits | None,
+    ) -> CeleryTask:
         if self._closed or self.runtime.closed:
             raise SessionBlockedError(self._id, "session has been released")
         self.validate(request).require_compatible()
@@ -220,12 +236,18 @@ class CelerySession(AgentSession):
             raise TenantRateLimitedError(self.tenant, retry_after(int(detail)))
         if result is StartResult.QUEUE_FULL:
             raise TenantQueueFullError(self.tenant, int(detail))
+        trace_context = (
+            await spans.keep_trace(store, task_id.value)
+            if result in {StartResult.OK, StartResult.QUEUED, StartResult.PARKED} and active()
+            else None
+        )
         if result in {StartResult.QUEUED, StartResult.PARKED}:
             # Its run is published by whoever settles the task ahead of it (of its
             # session, or of its tenant: a worker's dispatcher then).
             queued = CeleryTask(
                 self.runtime, self._id, task_id, queued=True, created_at=_redis_time(detail)
             )
+            queued.traced(trace_context)
             queued.start_reading()
             if result is StartResult.PARKED:
                 # The session's own task, waiting for its tenant: this session's current.
@@ -250,6 +272,7 @@ class CelerySession(AgentSession):
         if result is not StartResult.OK:
             raise SessionBlockedError(self._id, f"session cannot start tasks: {result.value}")
         task = CeleryTask(self.runtime, self._id, task_id, created_at=_redis_time(detail))
+        task.traced(trace_context)
         try:
             await self.runtime.publisher.publish(
                 task_id.value, self._id.value, queue_of(self.runtime.profile, self.runtime.settings)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
@@ -34,11 +35,14 @@ from agent_harness_protocol import (
     UnresolvedReason,
 )
 from agent_harness_protocol.diagnostics import TaskDiagnostics
+from opentelemetry.context import Context
 from redis.exceptions import RedisError
 
 from wire.codec import loads, outcome_from_json, outcome_to_json, terminal_event
 from wire.store import CancelResult, SettleResult
+from wire.tracing_context import active
 
+from . import spans
 from .fanout import BoundedFanout
 from .info import SettledView
 from .redis_errors import reported
@@ -101,6 +105,7 @@ class CeleryTask(TaskStreamFollower, TaskResponder, AgentTask, TaskDiagnostics):
         self._partial: list[str] = []
         """Answer text observed so far: the output of an outcome settled here."""
         self._interactions = TaskInteractions(task_id, self._events)
+        self._trace: tuple[Context, int] | None = None
 
     # -- AgentTask ----------------------------------------------------------------------
     @property
@@ -171,6 +176,12 @@ class CeleryTask(TaskStreamFollower, TaskResponder, AgentTask, TaskDiagnostics):
         return await asyncio.shield(self._outcome)
 
     # -- used by the session ------------------------------------------------------------
+    def traced(self, context: Context | None) -> None:
+        """The task's trace context, when this handle started it while tracing (the
+        ``ahp.start_task`` span's): the outcome it observes is a span of that trace."""
+        if context is not None:
+            self._trace = (context, time.time_ns())
+
     @property
     def settled(self) -> bool:
         return self._outcome.done()
@@ -230,6 +241,15 @@ class CeleryTask(TaskStreamFollower, TaskResponder, AgentTask, TaskDiagnostics):
     # -- internals ----------------------------------------------------------------------
     async def _publish_promoted(self, task_id: str) -> None:
         try:
+            if active():
+                await spans.publish_in_task_trace(
+                    self._runtime.store,
+                    self._runtime.publisher,
+                    task_id,
+                    self._session_id.value,
+                    "ahp.promote",
+                )
+                return
             queue = await self._runtime.store.task_queue(task_id)
             await self._runtime.publisher.publish(task_id, self._session_id.value, queue)
         except Exception as error:
@@ -243,6 +263,9 @@ class CeleryTask(TaskStreamFollower, TaskResponder, AgentTask, TaskDiagnostics):
         event: TerminalEvent[Any] = terminal_event(outcome)
         self._state = _STATE_OF_TERMINAL[type(event).__name__]
         self._outcome.set_result(outcome)
+        if self._trace is not None:
+            context, since = self._trace
+            spans.outcome_observed(context, self._id.value, self._state.value, since)
         self._events.close(event)
         self._diagnostics.close()
         if self._subscription is not None:

@@ -35,7 +35,9 @@ from wire.codec import dumps, loads, outcome_from_json
 from wire.event_codec import event_to_entry
 from wire.interactions import InteractionPayload, resolution_to_json
 from wire.store import RespondResult
+from wire.tracing_context import active
 
+from . import spans
 from .errors import InteractionClosedError, UnknownInteractionError
 from .redis_errors import Fate, fate, reported
 from .runtime import CallerRuntime
@@ -188,6 +190,15 @@ class TaskResponder:
         """The task is due: publish its resume run. A failure is logged: the workers'
         sweeper publishes it again (the task is in the starting set)."""
         try:
+            if active():
+                await spans.publish_in_task_trace(
+                    self._runtime.store,
+                    self._runtime.publisher,
+                    self._id.value,
+                    self._session_id.value,
+                    "ahp.resume",
+                )
+                return
             queue = await self._runtime.store.task_queue(self._id.value)
             await self._runtime.publisher.publish(self._id.value, self._session_id.value, queue)
         except Exception as error:

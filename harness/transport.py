@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -24,9 +24,11 @@ from redis.exceptions import RedisError
 
 from wire.celery_config import RUN_TASK, START_PRIORITY, celery_config
 from wire.kombu_transport import TRANSPORT_ALIAS
+from wire.message_spans import publishing
 from wire.messages import RunMessage
 from wire.run_envelope import origin, queue_list, run_envelope
 from wire.settings import Settings
+from wire.tracing_context import active
 
 from .connections import PUBLISHER_POOL_SIZE, caller_pool, client_name
 from .redis_errors import Fate, fate
@@ -116,7 +118,9 @@ class TaskPublisher:
             self._broker = Redis(connection_pool=pool)
         return self._broker
 
-    async def _push(self, message: RunMessage, queue: str) -> None:
+    async def _push(
+        self, message: RunMessage, queue: str, trace: Mapping[str, str] | None = None
+    ) -> None:
         envelope = run_envelope(
             queue,
             message.task_id,
@@ -124,10 +128,17 @@ class TaskPublisher:
             START_PRIORITY,
             sender=self._sender,
             reply_to=self._reply_to,
+            trace=trace,
         )
         await self._broker_client().lpush(queue_list(queue, START_PRIORITY), envelope)
 
-    def _publish(self, task_id: str, session_id: str | None, queue: str) -> None:
+    def _publish(
+        self,
+        task_id: str,
+        session_id: str | None,
+        queue: str,
+        trace: Mapping[str, str] | None = None,
+    ) -> None:
         message = RunMessage(self._settings.namespace, task_id, session_id)
         self._app.send_task(
             RUN_TASK,
@@ -136,22 +147,38 @@ class TaskPublisher:
             queue=queue,
             priority=START_PRIORITY,
             retry=False,
+            headers=dict(trace) if trace else None,
         )
 
     async def publish(
         self, task_id: str, session_id: str | None = None, queue: str | None = None
     ) -> None:
-        """Publish the task's run on ``queue`` (default: this caller's ``AHP_QUEUE``)."""
+        """Publish the task's run on ``queue`` (default: this caller's ``AHP_QUEUE``).
+        While tracing, in a ``publish <queue>`` span whose context the message carries
+        (``wire.message_spans``)."""
         queue = queue or self._settings.queue
+        if not active():
+            await self._send(task_id, session_id, queue)
+            return
+        with publishing(queue, task_id) as trace:
+            await self._send(task_id, session_id, queue, trace)
+
+    async def _send(
+        self,
+        task_id: str,
+        session_id: str | None,
+        queue: str,
+        trace: Mapping[str, str] | None = None,
+    ) -> None:
         if self._direct:
             message = RunMessage(self._settings.namespace, task_id, session_id)
             try:
-                await self._push(message, queue)
+                await self._push(message, queue, trace)
             except (RedisError, OSError) as error:
                 raise PublishError(classify(error), error) from error
             return
         try:
-            await asyncio.to_thread(self._publish, task_id, session_id, queue)
+            await asyncio.to_thread(self._publish, task_id, session_id, queue, trace)
         except Exception as error:
             raise PublishError(classify(error), error) from error
 

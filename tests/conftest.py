@@ -30,6 +30,11 @@ from .support.boundary import ModelBoundary
 from .support.fault_pool import Pool, fault_settings
 from .support.machine import MARKER, machine_share, remove_lock_files, run_id
 
+# The developer's own OpenTelemetry environment would make the in-process workers trace
+# into their collector (wire.tracing_setup); tests that trace set up their own.
+for _name in [name for name in os.environ if name.startswith("OTEL_")]:
+    del os.environ[_name]
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:

@@ -61,6 +61,7 @@ from harness import (
 )
 from wire.queues import queue_of
 from wire.settings import Settings
+from wire.tracing_setup import configure_tracing, flush_tracing
 
 from .interactions import ask, in_thread, unattended
 from .render import to_json
@@ -355,4 +356,10 @@ def run(settings: Settings, request: RunRequest, *, json_lines: bool) -> ExitCod
     """
     harness = harness_for(settings, request)
     view: View = JsonView() if json_lines else LiveView()
-    return asyncio.run(run_task(harness, request, view))
+    # The command is a caller process of the deployment: it traces as AHP_TRACING / OTEL_*
+    # say (the task's trace then starts here), and exports what is left before it exits.
+    configure_tracing(settings, "ahp-cli")
+    try:
+        return asyncio.run(run_task(harness, request, view))
+    finally:
+        flush_tracing()

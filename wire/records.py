@@ -99,6 +99,11 @@ class TaskField(StrEnum):
     PAUSED_USAGE = "paused_usage"
     """The usage (codec JSON) the task's runs measured before it paused (``pause.lua``):
     the usage of an outcome settled while it waits, and the base of the resumed run's."""
+    TRACE = "trace"
+    """The task's W3C trace context as JSON (``{"traceparent": ..., "tracestate": ...}``,
+    ``wire.tracing_context``), written by ``record_trace.lua`` (caller) right after the
+    start when the caller traces; absent otherwise. Every later run message of the task
+    (resume, promotion, republish) carries it, so its runs continue the start's trace."""
     OUTCOME = "outcome"
     """The settled outcome as codec JSON, written once with the terminal ``state`` by the
     settle helper of ``_prelude.lua`` (worker, caller, sweeper or claim)."""

@@ -50,8 +50,11 @@ def run_envelope(
     *,
     sender: str,
     reply_to: str,
+    trace: Mapping[str, str] | None = None,
 ) -> str:
-    """The JSON kombu pushes for a Celery protocol 2 message of ``RUN_TASK``."""
+    """The JSON kombu pushes for a Celery protocol 2 message of ``RUN_TASK``; ``trace``:
+    the task's ``traceparent`` / ``tracestate`` headers (``wire.tracing_context``), added
+    beside Celery's own as ``send_task(headers=...)`` adds them."""
     body = json.dumps(
         [[], dict(kwargs), {"callbacks": None, "errbacks": None, "chain": None, "chord": None}]
     )
@@ -76,6 +79,8 @@ def run_envelope(
         "stamped_headers": None,
         "stamps": {},
     }
+    if trace:
+        headers.update(trace)
     properties = {
         "correlation_id": task_id,
         "reply_to": reply_to,

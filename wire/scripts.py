@@ -46,6 +46,7 @@ def load(name: str) -> str:
 
 START_TASK = load("start_task")
 ROLLBACK_START = load("rollback_start")
+RECORD_TRACE = load("record_trace")
 CONFIRM_START = load("confirm_start")
 BLOCK_UNCONFIRMED = load("block_unconfirmed")
 CLAIM = load("claim")

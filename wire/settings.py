@@ -24,6 +24,21 @@ class WorkerLossPolicy(StrEnum):
     """Settle it ``Unresolved(OBSERVATION_LOST)``: the lost run's effects are unknown."""
 
 
+class TracingMode(StrEnum):
+    """Whether a process of the deployment (worker, ``ahp-celery api``, ``ahp-celery run``)
+    sets up OpenTelemetry's SDK and exports its spans (``wire.tracing_setup``)."""
+
+    AUTO = "auto"
+    """On when the standard environment asks for an exporter: ``OTEL_TRACES_EXPORTER``
+    (other than ``none``), ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set."""
+    OTLP = "otlp"
+    """On: OTLP export as ``OTEL_EXPORTER_OTLP_*`` configure it (default
+    ``http://localhost:4318``)."""
+    OFF = "off"
+    """Off, whatever ``OTEL_*`` says."""
+
+
 def plain_seconds(value: object) -> object:
     """A ``timedelta`` setting's raw value: ``AHP_LEASE_TTL=3`` (seconds) is accepted
     besides ISO 8601 (``PT3S``); anything else is left to pydantic."""
@@ -161,6 +176,13 @@ class Settings(BaseSettings):
     )
     redis_max_connections: int = Field(default=256, ge=8)
     event_buffer_capacity: int = Field(default=256, ge=2)
+    tracing: TracingMode = Field(
+        default=TracingMode.AUTO,
+        description="OpenTelemetry traces of the deployment's processes: auto (on when "
+        "OTEL_TRACES_EXPORTER or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT is set), otlp, off. "
+        "OTEL_SDK_DISABLED=true turns it off. A harness in your own program never sets "
+        "tracing up: it uses the tracer provider your program installed.",
+    )
 
     @field_validator(
         "cleanup_per_task",

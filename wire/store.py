@@ -61,6 +61,7 @@ class RecordStore(SettlingRecords, InteractionRecords):
         SettlingRecords.__init__(self, redis)
         self._start: AsyncScript = redis.register_script(scripts.START_TASK)
         self._rollback: AsyncScript = redis.register_script(scripts.ROLLBACK_START)
+        self._record_trace: AsyncScript = redis.register_script(scripts.RECORD_TRACE)
         self._block: AsyncScript = redis.register_script(scripts.BLOCK_UNCONFIRMED)
         self._confirm: AsyncScript = redis.register_script(scripts.CONFIRM_START)
         self._claim: AsyncScript = redis.register_script(scripts.CLAIM)
@@ -213,6 +214,19 @@ class RecordStore(SettlingRecords, InteractionRecords):
     async def task_queue(self, task_id: str) -> str | None:
         """The broker queue the task was started on (None: not recorded)."""
         return _text(await self.redis.hget(self.keys.task(task_id), TaskField.QUEUE)) or None
+
+    async def task_route(self, task_id: str) -> tuple[str | None, str | None]:
+        """The broker queue the task was started on and its trace context (the record's
+        ``trace`` JSON), in one read; ``None`` for what is not recorded."""
+        queue, trace = await self.redis.hmget(
+            self.keys.task(task_id), [TaskField.QUEUE, TaskField.TRACE]
+        )
+        return _text(queue) or None, _text(trace) or None
+
+    async def record_trace(self, task_id: str, trace: str) -> bool:
+        """Keep a just-started task's trace context in its record (``record_trace.lua``);
+        ``False`` when the record is gone."""
+        return bool(await self._record_trace(keys=[self.keys.task(task_id)], args=[trace]))
 
     async def rollback_start(self, session_id: str, task_id: str) -> bool:
         keys = [self.keys.session(session_id), self.keys.task(task_id), self.keys.starting()]

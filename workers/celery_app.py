@@ -31,6 +31,7 @@ from wire.celery_config import RUN_TASK, celery_config
 from wire.messages import RunMessage
 from wire.profiles import AgentProfile
 from wire.settings import Settings
+from wire.tracing_context import active, carrier
 
 from .broker_connection import WorkerAMQP
 from .errors import RuntimeStoppedError
@@ -38,6 +39,7 @@ from .guarded_transport import TRANSPORT_ALIAS, guarded_transport_options
 from .intake import GuardedConsumer, MessageIntake
 from .preflight import refuse_without_modules
 from .runtime import WorkerRuntime
+from .spans import message_headers
 
 _REPORT_SECONDS = 0.2
 
@@ -63,6 +65,8 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
 
     def republish(task_id: str, session_id: str, queue: str, priority: int) -> None:
         # Publish retry stays off: the sweeper's hold-off decides when to try again.
+        # While tracing, the message carries the current span's context (the task's
+        # trace: see workers.republish).
         message = RunMessage(settings.namespace, task_id, session_id)
         app.send_task(
             RUN_TASK,
@@ -71,6 +75,7 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
             queue=queue,
             priority=priority,
             retry=False,
+            headers=(carrier() or None) if active() else None,
         )
 
     runtime = WorkerRuntime(settings, profiles, republish=republish)
@@ -92,7 +97,16 @@ def create_app(settings: Settings, profiles: Mapping[str, AgentProfile] | None =
                 f"message for namespace {namespace!r} reached a worker of {settings.namespace!r}"
             )
         try:
-            return runtime.run_task(task_id, session_id).to_json()
+            if not active():
+                return runtime.run_task(task_id, session_id).to_json()
+            request = self.request
+            queue = (getattr(request, "delivery_info", None) or {}).get("routing_key")
+            return runtime.run_task(
+                task_id,
+                session_id,
+                queue=queue if isinstance(queue, str) else None,
+                trace_headers=message_headers(request),
+            ).to_json()
         except RuntimeStoppedError as error:
             # Shutting down mid-run: hand the message back instead of acknowledging it.
             raise Reject(str(error), requeue=True) from error

@@ -27,6 +27,7 @@ from wire.narrowing import NO_NARROWING, Narrowing
 from wire.profiles import AgentProfile
 
 from .approvals import ApprovalRoute
+from .call_spans import CallSpans
 from .lease import LEASE_CONFIG_KEY
 from .middleware import (
     CHUNK_OBSERVER,
@@ -97,6 +98,8 @@ class AgentGraph:
             RunInstructions(frozenset(spec.name for spec in profile.tools)),
             *steering,
             *([SafeguardMiddleware(profile.safeguards)] if guarded else []),
+            # Spans of the model and tool calls (only while tracing: workers.call_spans).
+            CallSpans(profile.model_id or profile.name),
             ToolGuard(
                 calls, {spec.name: spec for spec in profile.tools}, approvals or ApprovalRoute()
             ),

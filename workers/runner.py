@@ -40,7 +40,9 @@ from wire.records import SessionField, TaskField
 from wire.settings import Settings
 from wire.store import HANDED_BACK, PauseResult, RecordStore
 from wire.structured_output import parse_schema
+from wire.tracing_context import active
 
+from . import spans
 from .append_batcher import Appender
 from .approval_route import APPROVAL_METADATA
 from .claimer import ClaimedRun
@@ -177,7 +179,15 @@ class TaskRunner:
                 )
                 return
             lease.ending()
-            released = await self._settler.finish(session_id, outcome, lease.value, sink, withheld)
+            if active():
+                with spans.settling(task_id, type(outcome).__name__.lower()):
+                    released = await self._settler.finish(
+                        session_id, outcome, lease.value, sink, withheld
+                    )
+            else:
+                released = await self._settler.finish(
+                    session_id, outcome, lease.value, sink, withheld
+                )
         except OutlivedBudget as outlived:
             run_ended = False
             await sink.drain()
@@ -334,6 +344,8 @@ class TaskRunner:
             [(ask.interaction_id, dumps(ask.to_json())) for ask in pause.payloads],
         )
         if result is PauseResult.PAUSED:
+            if active():
+                spans.paused([ask.interaction_id for ask in pause.payloads])
             log.info(
                 "task %s paused for the caller (%s)",
                 task_id,

@@ -14,11 +14,13 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Coroutine, Mapping
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 from uuid import uuid4
 
+from opentelemetry import context as otel_context
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from wire.celery_config import START_PRIORITY
@@ -30,6 +32,8 @@ from wire.queues import served_queues
 from wire.redis_options import pool_options
 from wire.settings import Settings
 from wire.store import RecordStore
+from wire.tracing_context import active
+from wire.tracing_setup import configure_tracing, flush_tracing
 
 from .admission import RunAdmission
 from .append_batcher import AppendBatcher
@@ -52,6 +56,7 @@ from .republish import Republish, on_its_queue
 from .run_summary import RunSummary, read_summary
 from .runner import GraphProvider, TaskRunner
 from .settling import ThreadDeleter
+from .spans import DeliverySpan
 from .steering import pipeline_middleware
 from .sweeper import LeaseSweeper
 from .tools import build_tools
@@ -282,6 +287,9 @@ class WorkerRuntime:
         with self._lock:
             if self._loop is not None:
                 return
+            # OpenTelemetry's SDK from OTEL_* when AHP_TRACING asks for it (in the process
+            # that runs the tasks: after a prefork child forked).
+            configure_tracing(self.settings, "ahp-worker")
             loop = asyncio.new_event_loop()
             # Blocking work (sync tools, a local model, ``asyncio.to_thread``) runs here,
             # bounded, never on the loop.
@@ -349,30 +357,64 @@ class WorkerRuntime:
                 raise RuntimeStoppedError("the worker runtime stopped during the run") from None
             raise
 
-    def run_task(self, task_id: str, session_id: str | None = None) -> RunSummary:
+    def run_task(
+        self,
+        task_id: str,
+        session_id: str | None = None,
+        *,
+        queue: str | None = None,
+        trace_headers: Mapping[str, object] | None = None,
+    ) -> RunSummary:
         """Run one delivered message; the task record's state and outcome once it ended.
 
         Called from the pool thread holding the delivery, which parks here while the run
         goes on on the loop. It waits first for admission (``workers.admission``): not
-        while the loop lags, and only a bounded number of runs starting at once."""
+        while the loop lags, and only a bounded number of runs starting at once.
+
+        While tracing, the delivery is a ``process <queue>`` span continuing the trace its
+        message's ``trace_headers`` (or the task record) name (``workers.spans``)."""
         self.start()
         state, admission = self._state, self._admission
         assert state is not None
         assert admission is not None
+        delivery = DeliverySpan(task_id, queue, trace_headers or {}) if active() else None
         ticket = admission.admit(self._stopped)
         if ticket is None:
             raise RuntimeStoppedError("the worker runtime stopped before the run started")
+        claim_began = time.time_ns() if delivery is not None else 0
         try:
             claimed = state.claimer.claim(task_id, session_id)
         finally:
             ticket.started()  # the lease is with the renewer (or there is nothing to run)
+        if delivery is None:
 
-        async def run_then_summarise() -> RunSummary:
-            if claimed is not None:
-                await state.runner.run_claimed(claimed)
-            return await read_summary(state.store, task_id)
+            async def run_then_summarise() -> RunSummary:
+                if claimed is not None:
+                    await state.runner.run_claimed(claimed)
+                return await read_summary(state.store, task_id)
 
-        return self.call(run_then_summarise())
+            return self.call(run_then_summarise())
+        try:
+            delivery.claimed(claimed, claim_began)
+        except Exception:  # tracing never fails a run
+            log.exception("task %s: its delivery span could not be made", task_id)
+
+        async def traced_run() -> RunSummary:
+            token = otel_context.attach(delivery.context() or otel_context.get_current())
+            try:
+                if claimed is not None:
+                    await state.runner.run_claimed(claimed)
+                return await read_summary(state.store, task_id)
+            finally:
+                otel_context.detach(token)
+
+        try:
+            summary = self.call(traced_run())
+        except BaseException as error:
+            delivery.end(None, error)
+            raise
+        delivery.end(summary.to_json().get("ahp_outcome"))
+        return summary
 
     def stop(self) -> None:
         """Close the loop. Runs still in progress are cancelled; their task functions
@@ -402,3 +444,4 @@ class WorkerRuntime:
             loop.call_soon_threadsafe(loop.stop)
             thread.join(timeout=10)
             self._loop = self._thread = self._state = None
+        flush_tracing()  # a prefork child exits without atexit

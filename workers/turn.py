@@ -29,7 +29,9 @@ from wire.event_codec import DIAGNOSTIC, SEMANTIC, diagnostic_to_entry, event_to
 from wire.interactions import InteractionPayload
 from wire.narrowing import NO_NARROWING, Narrowing
 from wire.provider import PROVIDER
+from wire.tracing_context import active
 
+from . import spans
 from .effects import effect_of
 from .event_sink import EventSink
 from .graph import TASK_ID, AgentGraph, ResumeKind
@@ -282,7 +284,7 @@ async def run_turn(
             return translator.finish()
         if point.kind is ResumeKind.CONTINUE:
             turn_input = None
-    async for mode, payload in graph.stream_turn(
+    stream = graph.stream_turn(
         thread_id,
         turn_input,
         instructions,
@@ -291,6 +293,14 @@ async def run_turn(
         resume,
         narrowing,
         on_chunk=translator.model_chunk,
-    ):
-        translator.observe(mode, payload)
-    return translator.finish()
+    )
+    if not active():
+        async for mode, payload in stream:
+            translator.observe(mode, payload)
+        return translator.finish()
+    with spans.turn(task_id) as span:
+        async for mode, payload in stream:
+            translator.observe(mode, payload)
+            if mode == "updates":
+                spans.steps(span, payload)
+        return translator.finish()

@@ -53,6 +53,7 @@ from .problems import (
 )
 from .settings import ApiSettings
 from .state import ApiState, api_state
+from .tracing import trace_requests
 from .webhooks import Webhooks
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,7 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=api_settings.max_body_bytes)
     app.add_middleware(CountRequests, metrics=requests)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    trace_requests(app, own_process=harness is None and settings is None)
     return app
 
 
