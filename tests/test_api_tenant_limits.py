@@ -20,8 +20,16 @@ from wire.records import TaskField
 from wire.settings import Settings
 from wire.tenants import TenantLimits
 
-from .support.api import api_harness, api_settings, in_process, keyspace, problem_of
+from .support.api import (
+    api_harness,
+    api_settings,
+    in_process,
+    keyspace,
+    problem_of,
+    settled_keyspace,
+)
 from .support.boundary import ModelBoundary
+from .support.langgraph import human
 from .support.waiting import until
 
 
@@ -82,7 +90,7 @@ async def test_past_the_rate_a_start_is_429_with_retry_after_and_changes_nothing
             lambda: sync_redis.hget(f"{settings.namespace}:task:{task_id}", "state") == "completed",
             "the first task settled",
         )
-        before = keyspace(sync_redis, settings)
+        before = await settled_keyspace(sync_redis, settings)
         refused = await client.post(
             f"/v1/sessions/{session}/tasks", json={"input": "2"}, headers=_auth(limited_token)
         )
@@ -136,3 +144,26 @@ async def test_past_the_queued_limit_a_start_is_429_and_changes_nothing(
                 assert cancel.status_code in {200, 202}, cancel.text
                 settled = await client.get(f"/v1/tasks/{task['id']}?wait=30", headers=_auth(token))
                 assert settled.json()["state"] == "cancelled", settled.text
+
+
+async def test_the_langgraph_dialect_meets_the_same_limits(
+    settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    tokens = _tenants()
+    (limited, token), _ = tokens.items()
+    api = api_settings(
+        tokens=tokens, tenant_limits={limited: TenantLimits(starts_per_second=0.2, burst=1)}
+    )
+    key = {"x-api-key": token}
+    body = {"assistant_id": "confirmed", "input": human("hello")}
+    async with in_process(api_harness(settings, boundary), api) as client:
+        thread = (await client.post("/threads", json={}, headers=key)).json()["thread_id"]
+        first = await client.post(f"/threads/{thread}/runs/wait", json=body, headers=key)
+        assert first.status_code == 200, first.text
+        before = await settled_keyspace(sync_redis, settings)
+        for path in (f"/threads/{thread}/runs", "/runs/wait"):
+            refused = await client.post(path, json=body, headers=key)
+            assert refused.status_code == 429, refused.text
+            assert int(refused.headers["retry-after"]) >= 1
+            assert problem_of(refused)["type"].endswith("/tenant-rate-limited")
+        assert keyspace(sync_redis, settings) == before

@@ -28,7 +28,7 @@ from wire.keys import Keys
 from wire.records import TaskField
 from wire.settings import Settings
 
-from .support.api import keyspace
+from .support.api import keyspace, settled_keyspace
 from .support.boundary import ModelBoundary
 from .support.sweeps import watch_past_sweeps
 from .support.waiting import until
@@ -152,7 +152,7 @@ async def test_past_its_rate_a_start_is_refused_with_the_wait_and_writes_nothing
         second = await session.start_task(TaskRequest(TextInput("2")), limits=limits)
         async with asyncio.timeout(30):
             await second.await_outcome()
-        before = keyspace(sync_redis, settings)
+        before = await settled_keyspace(sync_redis, settings)
         with pytest.raises(TenantRateLimitedError) as refused:
             await session.start_task(TaskRequest(TextInput("3")), limits=limits)
         wait = refused.value.retry_after
@@ -167,3 +167,32 @@ async def test_past_its_rate_a_start_is_refused_with_the_wait_and_writes_nothing
     assert (
         sync_redis.hget(Keys(settings.namespace).task(third.id.value), TaskField.TENANT) == tenant
     )
+
+
+async def test_a_retried_start_of_a_parked_task_replays_it_without_a_message(
+    idle_queue_settings: Settings, boundary: ModelBoundary, sync_redis: redis.Redis
+) -> None:
+    """A parked start has no message by design: the retry of its request (same
+    Idempotency-Key) must answer it as a replay, not adopt it as a start whose publish
+    was lost (which would publish it past the tenant's limit)."""
+    tenant, limits = _tenant(), TenantLimits(running=1)
+    keys = Keys(idle_queue_settings.namespace)
+    async with CeleryHarness(idle_queue_settings, run_metadata=boundary.run_metadata) as harness:
+        running = await _start(harness, tenant, limits)
+        session = await harness.create_session(SessionSpec(), tenant=tenant)
+        request = TaskRequest(TextInput("parked"))
+        parked = await session.start_task(request, idempotency_key="k-1", limits=limits)
+        assert parked.queued
+        again = await harness.attach_session(session.id.value, tenant=tenant)
+        retried = await again.start_task(request, idempotency_key="k-1", limits=limits)
+        assert retried.replayed
+        assert retried.id == parked.id
+        messages = [
+            item
+            for name in Keys.broker_queue_lists(idle_queue_settings.queue)
+            for item in sync_redis.lrange(name, 0, -1)
+        ]
+        assert [m for m in messages if parked.id.value in m] == []
+        assert sync_redis.hget(keys.task(parked.id.value), TaskField.ADOPTED) is None
+        for task in (running, parked):
+            await task.request_cancellation()

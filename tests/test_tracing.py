@@ -211,7 +211,11 @@ async def test_a_malformed_trace_header_does_not_fail_the_task(
     assert isinstance(outcome, Completed), outcome
     spans = wait_for_spans(
         lambda: local_spans(exporter),
-        lambda seen: any(span.name.startswith("chat ") for span in seen),
+        # A parent ends after its children: the delivery's span ends last.
+        lambda seen: (
+            any(span.name.startswith("chat ") for span in seen)
+            and any(span.name.startswith("process ") for span in seen)
+        ),
     )
     (root,) = named(spans, "caller")
     (model,) = [span for span in spans if span.name.startswith("chat ")]

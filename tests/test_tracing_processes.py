@@ -269,6 +269,10 @@ async def test_a_task_resumed_after_its_worker_was_sigkilled_stays_in_its_trace(
                 traced.spans,
                 lambda seen: (
                     any(s.service == "ahp-worker-b" and s.name.startswith("chat ") for s in seen)
+                    # A parent ends after its children: the delivery's span ends last.
+                    and any(
+                        s.service == "ahp-worker-b" and s.name.startswith("process ") for s in seen
+                    )
                     and bool(named(seen, "ahp.task_outcome"))
                 ),
             )

@@ -279,6 +279,19 @@ def keyspace(client: redis.Redis, deployment: Settings | None = None) -> dict[st
     return snapshot
 
 
+async def settled_keyspace(client: redis.Redis, deployment: Settings) -> dict[str, str]:
+    """:func:`keyspace` once the worker's steps after a run's end (its lease released,
+    its checkpoints pruned) are done: two snapshots 0.2 s apart agree."""
+    previous = keyspace(client, deployment)
+    async with asyncio.timeout(15):
+        while True:
+            await asyncio.sleep(0.2)
+            current = keyspace(client, deployment)
+            if current == previous:
+                return current
+            previous = current
+
+
 @dataclass
 class SseEvent:
     id: str

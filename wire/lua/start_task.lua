@@ -31,8 +31,11 @@ if ARGV[6] ~= '' then
     local task_id = string.sub(prior, 1, space - 1)
     if string.sub(prior, space + 1) ~= ARGV[6] then return {'reused', task_id} end
     local task_key = ARGV[3] .. task_id
-    local fields = redis.call('HMGET', task_key, 'state', 'published', 'queued', 'adopted')
-    if fields[1] == 'starting' and fields[2] == '0' and fields[3] ~= '1' and not fields[4] then
+    local fields = redis.call('HMGET', task_key, 'state', 'published', 'queued', 'adopted',
+                              'parked')
+    -- (A task waiting in its session's queue or its tenant's line has no message by design.)
+    if fields[1] == 'starting' and fields[2] == '0' and fields[3] ~= '1' and not fields[4]
+        and fields[5] ~= '1' then
       redis.call('HSET', task_key, 'adopted', now_ms())
       return {'adopted', task_id}
     end
