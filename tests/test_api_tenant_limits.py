@@ -138,6 +138,10 @@ async def test_past_the_queued_limit_a_start_is_429_and_changes_nothing(
         body = problem_of(refused)
         assert body["type"].endswith("/tenant-queue-full")
         assert keyspace(sync_redis, idle_queue_settings) == before
+        metrics = await client.get("/metrics")
+        parked = [line for line in metrics.text.splitlines() if 'state="parked"' in line]
+        assert len(parked) == 1
+        assert float(parked[0].split()[-1]) >= 1, parked
         async with asyncio.timeout(60):
             for task in started:
                 cancel = await client.post(f"/v1/tasks/{task['id']}/cancel", headers=_auth(token))
