@@ -44,11 +44,11 @@ if str(ROOT) not in sys.path:
 import redis.asyncio as aioredis  # noqa: E402
 from agent_harness_protocol import Completed, SessionSpec, TaskRequest, TextInput  # noqa: E402
 
+from bench.cli_frame import main_into_section, redis_url, reported  # noqa: E402
 from bench.fairness_profiles import MODEL_SECONDS  # noqa: E402
-from bench.results_page import RESULTS_PAGE, printed_into_section  # noqa: E402
+from bench.results_page import RESULTS_PAGE  # noqa: E402
 from harness import CeleryHarness, CeleryTask, TenantLimits  # noqa: E402
 from harness.runs import start_run  # noqa: E402
-from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
 from tooling.worker_process import WorkerProcess  # noqa: E402
 from wire.keys import Keys  # noqa: E402
 from wire.records import TaskField  # noqa: E402
@@ -220,25 +220,13 @@ def measure(args: argparse.Namespace) -> int:
     plan = Plan(runs=args.runs, burst=args.burst, slots=args.slots)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="bench-fairness-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    if args.redis_url:
-        results, lines = asyncio.run(run(args.redis_url, plan, log_dir))
-    else:
-        with EmbeddedRedis() as server:
-            results, lines = asyncio.run(run(server.url, plan, log_dir))
-    print("\n".join(lines))
-    found = [failure for result in results for failure in result.failures]
-    for failure in found:
-        print(f"FAILURE: {failure}")
-    print(f"worker logs: {log_dir}", file=sys.stderr)
-    return 1 if found else 0
+    with redis_url(args.redis_url) as url:
+        results, lines = asyncio.run(run(url, plan, log_dir))
+    return reported(lines, [failure for result in results for failure in result.failures], log_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(argv)
-    page = None if args.no_results_page else args.results_page
-    given = list(argv if argv is not None else sys.argv[1:])
-    with printed_into_section("fairness.py", given, page):
-        return measure(args)
+    return main_into_section("fairness.py", argv, parse, measure)
 
 
 if __name__ == "__main__":

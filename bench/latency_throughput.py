@@ -115,9 +115,10 @@ from celery import Celery  # noqa: E402
 from langgraph.checkpoint.redis.aio import AsyncRedisSaver  # noqa: E402
 
 from bench import clock_profiles, noop_app  # noqa: E402
+from bench.cli_frame import main_into_section  # noqa: E402
 from bench.clock_model import stamps  # noqa: E402
 from bench.floors import Floors, event_transport_floor, measure_floors  # noqa: E402
-from bench.results_page import RESULTS_PAGE, git_state, printed_into_section  # noqa: E402
+from bench.results_page import RESULTS_PAGE, git_state  # noqa: E402
 from harness import CeleryHarness, Settings  # noqa: E402
 from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
 from wire.default_profiles import SCRIPTED  # noqa: E402
@@ -1757,11 +1758,7 @@ def measure(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(argv)
-    page = None if args.no_results_page else args.results_page
-    given = list(argv if argv is not None else sys.argv[1:])
-    with printed_into_section("latency_throughput.py", given, page):
-        return measure(args)
+    return main_into_section("latency_throughput.py", argv, parse, measure)
 
 
 if __name__ == "__main__":

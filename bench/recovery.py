@@ -67,11 +67,11 @@ from agent_harness_protocol import (  # noqa: E402
     Unresolved,
 )
 
+from bench.cli_frame import main_into_section, redis_url, reported  # noqa: E402
 from bench.recovery_profiles import MODEL_SECONDS  # noqa: E402
-from bench.results_page import RESULTS_PAGE, printed_into_section  # noqa: E402
+from bench.results_page import RESULTS_PAGE  # noqa: E402
 from bench.soak import Call, read_calls, redis_time_us  # noqa: E402
 from harness import CeleryHarness  # noqa: E402
-from tooling.embedded_redis import EmbeddedRedis  # noqa: E402
 from tooling.worker_process import WorkerProcess  # noqa: E402
 from wire.keys import Keys  # noqa: E402
 from wire.records import TaskField  # noqa: E402
@@ -364,25 +364,13 @@ def measure(args: argparse.Namespace) -> int:
     )
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="bench-recovery-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    if args.redis_url:
-        results, lines = asyncio.run(run(args.redis_url, plan, log_dir))
-    else:
-        with EmbeddedRedis() as server:
-            results, lines = asyncio.run(run(server.url, plan, log_dir))
-    print("\n".join(lines))
-    found = failures(results)
-    for failure in found:
-        print(f"FAILURE: {failure}")
-    print(f"worker logs: {log_dir}", file=sys.stderr)
-    return 1 if found else 0
+    with redis_url(args.redis_url) as url:
+        results, lines = asyncio.run(run(url, plan, log_dir))
+    return reported(lines, failures(results), log_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(argv)
-    page = None if args.no_results_page else args.results_page
-    given = list(argv if argv is not None else sys.argv[1:])
-    with printed_into_section("recovery.py", given, page):
-        return measure(args)
+    return main_into_section("recovery.py", argv, parse, measure)
 
 
 if __name__ == "__main__":

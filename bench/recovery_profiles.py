@@ -8,24 +8,16 @@ it streams) with a fixed call length, long enough that a signal sent once a call
 record lands mid-call.
 """
 
-from agent_harness_protocol import ContextRetentionDisposition, UserHistoryVisibility
-
-from wire.profiles import AgentProfile, CancellationSemantics, ModelSpec
+from bench.soak_profiles import fixed_length
 
 MODEL_SECONDS = 2.0
 """How long every model call streams its answer."""
 
-RECOVERY = AgentProfile(
-    name="recovery",
-    model=ModelSpec(
-        "bench.soak_model:SoakChatModel",
-        {"min_seconds": MODEL_SECONDS, "max_seconds": MODEL_SECONDS},
-    ),
-    model_id="ahp-recovery-model",
-    cancellation=CancellationSemantics.COROUTINE_TERMINATION_CONFIRMS_WORK_STOPPED,
-    retention=ContextRetentionDisposition.MATERIALIZED,
-    history_visibility=UserHistoryVisibility.HIDDEN,
-    description=f"Recovery model: streams for {MODEL_SECONDS:g} s and records its calls in Redis.",
+RECOVERY = fixed_length(
+    "recovery",
+    MODEL_SECONDS,
+    "ahp-recovery-model",
+    f"Recovery model: streams for {MODEL_SECONDS:g} s and records its calls in Redis.",
 )
 
 PROFILES = {RECOVERY.name: RECOVERY}

@@ -7,6 +7,8 @@ their ``PYTHONPATH`` (``tooling.worker_process.WorkerProcess`` puts it there).
 effect (``bench.soak_tools``), at least once and at most once, then answer the same way.
 """
 
+from dataclasses import replace
+
 from agent_harness_protocol import ContextRetentionDisposition, UserHistoryVisibility
 
 from wire.profiles import AgentProfile, CancellationSemantics, ModelSpec, ToolDelivery, ToolSpec
@@ -22,6 +24,20 @@ SOAK = AgentProfile(
     history_visibility=UserHistoryVisibility.HIDDEN,
     description="Soak model: streams over 0.2-1.5 s and records its calls in Redis.",
 )
+
+
+def fixed_length(name: str, seconds: float, model_id: str, description: str) -> AgentProfile:
+    """The soak's self-recording model with every call streaming for exactly ``seconds``
+    (the registries of ``bench/recovery.py`` and ``bench/fairness.py``)."""
+    options = {"min_seconds": seconds, "max_seconds": seconds}
+    return replace(
+        SOAK,
+        name=name,
+        model=ModelSpec("bench.soak_model:SoakChatModel", options),
+        model_id=model_id,
+        description=description,
+    )
+
 
 SOAK_EFFECT = ToolSpec(
     "soak_effect",

@@ -45,7 +45,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -171,37 +170,23 @@ class SpanSink:
     def __init__(self) -> None:
         self.spans = 0
         self._lock = threading.Lock()
-        sink = self
+        # Imported here: the drivers this file also runs as never import protobuf.
+        from bench.otlp_sink import OtlpHttpSink
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-                    ExportTraceServiceRequest,
-                )
+        self._sink = OtlpHttpSink(self._count)
 
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                request = ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                count = sum(
-                    len(scope.spans)
-                    for resource in request.resource_spans
-                    for scope in resource.scope_spans
-                )
-                with sink._lock:
-                    sink.spans += count
-                self.send_response(200)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+    def _count(self, request: Any) -> None:
+        count = sum(
+            len(scope.spans)
+            for resource in request.resource_spans
+            for scope in resource.scope_spans
+        )
+        with self._lock:
+            self.spans += count
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self._sink.endpoint
 
     def taken(self) -> int:
         with self._lock:
@@ -209,8 +194,7 @@ class SpanSink:
         return count
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._sink.close()
 
 
 @contextlib.contextmanager

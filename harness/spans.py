@@ -30,16 +30,13 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind
 
+from wire.message_spans import OUTCOME, SESSION_ID, TASK_ID
 from wire.store import RecordStore
 from wire.tracing_context import carrier, record_value, stored_context, tracer
 
 from .transport import Publisher
 
 log = logging.getLogger(__name__)
-
-TASK_ID = "ahp.task_id"
-SESSION_ID = "ahp.session_id"
-OUTCOME = "ahp.outcome"
 
 
 @contextmanager

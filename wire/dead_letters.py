@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 
 from .keys import Keys
+from .store_results import reply_text
 
 DEAD_LETTERS_KEPT = 10_000
 """The most entries the dead-letter stream holds (older ones are trimmed first)."""
@@ -97,10 +98,6 @@ class DeadLetterPage:
     """Pass as ``before`` for the next (older) page; ``None``: nothing older."""
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _entry_ms(entry_id: str) -> int:
     return int(entry_id.partition("-")[0])
 
@@ -157,8 +154,10 @@ async def read_dead_letters(
             or []
         )
         for raw_id, raw_fields in chunk:
-            entry_id = _text(raw_id)
-            fields = {_text(name): _text(value) for name, value in (raw_fields or {}).items()}
+            entry_id = reply_text(raw_id)
+            fields = {
+                reply_text(name): reply_text(value) for name, value in (raw_fields or {}).items()
+            }
             letter = dead_letter_from_entry(entry_id, fields)
             if letter is None or (kind is not None and letter.kind is not kind):
                 continue
@@ -169,7 +168,7 @@ async def read_dead_letters(
             found.append(letter)
         if len(chunk) < _CHUNK:
             return DeadLetterPage(tuple(found), None)
-        upper = f"({_text(chunk[-1][0])}"
+        upper = f"({reply_text(chunk[-1][0])}"
 
 
 async def dead_letter_counts(redis: Redis, keys: Keys) -> dict[DeadLetterKind, int]:
@@ -179,7 +178,7 @@ async def dead_letter_counts(redis: Redis, keys: Keys) -> dict[DeadLetterKind, i
     counts = dict.fromkeys(DeadLetterKind, 0)
     for name, value in raw.items():
         try:
-            counts[DeadLetterKind(_text(name))] = int(_text(value))
+            counts[DeadLetterKind(reply_text(name))] = int(reply_text(value))
         except ValueError:
             continue
     return counts

@@ -16,7 +16,7 @@ from redis.commands.core import AsyncScript
 
 from . import scripts
 from .keys import Keys
-from .store_results import PauseResult, RespondResult, _text
+from .store_results import PauseResult, RespondResult, reply_text
 
 
 class InteractionRecords:
@@ -56,7 +56,7 @@ class InteractionRecords:
             ],
             args=args,
         )
-        return PauseResult(_text(reply[0]))
+        return PauseResult(reply_text(reply[0]))
 
     async def respond(
         self,
@@ -95,7 +95,7 @@ class InteractionRecords:
                 self.retention_seconds,
             ],
         )
-        values = [_text(item) for item in reply] + ["", "", ""]
+        values = [reply_text(item) for item in reply] + ["", "", ""]
         return RespondResult(values[0]), values[1], values[2], values[3]
 
     async def interactions(self, task_id: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -105,8 +105,8 @@ class InteractionRecords:
         pipe.hgetall(self.keys.responses(task_id))
         raised, resolved = await pipe.execute()
         return (
-            {_text(k): _text(v) for k, v in raised.items()},
-            {_text(k): _text(v) for k, v in resolved.items()},
+            {reply_text(k): reply_text(v) for k, v in raised.items()},
+            {reply_text(k): reply_text(v) for k, v in resolved.items()},
         )
 
     async def granted(self, session_id: str, scope: str) -> bool:

@@ -22,6 +22,12 @@ from .tracing_context import carrier, tracer
 
 SYSTEM = "celery"
 
+# The project's own span attributes, set by the caller's and the worker's spans alike.
+TASK_ID = "ahp.task_id"
+SESSION_ID = "ahp.session_id"
+TENANT = "ahp.tenant"
+OUTCOME = "ahp.outcome"
+
 
 def message_attributes(queue: str, task_id: str, operation: str) -> dict[str, str]:
     return {
@@ -29,7 +35,7 @@ def message_attributes(queue: str, task_id: str, operation: str) -> dict[str, st
         "messaging.destination.name": queue,
         "messaging.operation": operation,
         "messaging.message.id": task_id,
-        "ahp.task_id": task_id,
+        TASK_ID: task_id,
     }
 
 

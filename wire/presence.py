@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
 
 from .keys import Keys
+from .store_results import reply_text
 
 REPORT_INTERVAL = timedelta(seconds=5)
 """How often a worker process reports itself."""
@@ -75,7 +76,7 @@ async def live_workers(redis: Redis, keys: Keys, now_ms: int) -> list[WorkerPres
     _, names = await pipe.execute()
     if not names:
         return []
-    raws = await redis.mget([keys.worker_presence(_text(name)) for name in names])
+    raws = await redis.mget([keys.worker_presence(reply_text(name)) for name in names])
     found = [WorkerPresence.model_validate_json(raw) for raw in raws if raw is not None]
     return sorted(found, key=lambda presence: presence.name)
 
@@ -137,10 +138,6 @@ async def _oldest_wait(
     if not started:
         return None
     return timedelta(milliseconds=max(now_ms - min(started), 0))
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _task_id(message: object) -> str | None:

@@ -21,7 +21,7 @@ from .store_results import (
     StartingFate,
     StartingRecovery,
     UnpublishedStarts,
-    _text,
+    reply_text,
 )
 
 
@@ -59,7 +59,7 @@ class RecoveryStore:
             keys=[self._keys.running()],
             args=[self._keys.task_prefix(), session_prefix, lease_suffix],
         )
-        items = [_text(item) for item in reply]
+        items = [reply_text(item) for item in reply]
         return list(zip(items[0::2], items[1::2], strict=True))
 
     async def recover_starting(
@@ -94,7 +94,7 @@ class RecoveryStore:
                 self._retention_seconds,
             ],
         )
-        items = [_text(item) for item in reply]
+        items = [reply_text(item) for item in reply]
         return [
             StartingRecovery(StartingFate(what), task_id, session_id)
             for what, task_id, session_id in zip(items[0::3], items[1::3], items[2::3], strict=True)
@@ -109,7 +109,7 @@ class RecoveryStore:
             keys=[self._keys.starting()],
             args=[self._keys.task_prefix(), self._keys.session(""), older_than_ms, max_entries],
         )
-        items = [_text(item) for item in reply]
+        items = [reply_text(item) for item in reply]
         return list(zip(items[0::2], items[1::2], strict=True))
 
     async def recover(
@@ -133,7 +133,7 @@ class RecoveryStore:
                 self._retention_seconds,
             ],
         )
-        return RecoverResult(_text(reply[0]))
+        return RecoverResult(reply_text(reply[0]))
 
 
 __all__ = ["RecoveryStore"]

@@ -18,7 +18,7 @@ from redis.commands.core import AsyncScript
 from . import scripts
 from .codec import dumps
 from .keys import Keys
-from .store_results import CancelResult, Settlement, SettleResult, _text
+from .store_results import CancelResult, Settlement, SettleResult, reply_text
 
 
 class SettlingRecords:
@@ -69,7 +69,7 @@ class SettlingRecords:
 
     @staticmethod
     def _settlement(reply: Any) -> Settlement:
-        values = [_text(item) for item in reply]
+        values = [reply_text(item) for item in reply]
         result = SettleResult(values[0])
         if len(values) < 3:
             return Settlement(result)
@@ -135,7 +135,7 @@ class SettlingRecords:
             keys=self._settling_keys(session_id, task_id),
             args=[task_id, self.keys.cancel_channel(), self.retention_seconds],
         )
-        values = [_text(item) for item in reply]
+        values = [reply_text(item) for item in reply]
         return (
             CancelResult(values[0]),
             values[1] if len(values) > 1 else "",
@@ -152,7 +152,7 @@ class SettlingRecords:
             self.keys.starting(),
         ]
         reply = await self._release(keys=keys, args=[lease, task_id])
-        return _text(reply[1])
+        return reply_text(reply[1])
 
     async def hand_back(self, session_id: str, task_id: str, lease: str) -> bool:
         """The stopping worker's run ended unsettled: requeued, not lost (see

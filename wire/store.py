@@ -37,8 +37,8 @@ from .store_results import (
     StartingRecovery,
     StartResult,
     UnpublishedStarts,
-    _text,
     claim_from_reply,
+    reply_text,
 )
 from .tenants import UNKNOWN_LIMITS, TenantLimits
 
@@ -79,7 +79,7 @@ class RecordStore(SettlingRecords, InteractionRecords):
     async def session_record(self, session_id: str) -> dict[str, str]:
         """The session's hash, by :class:`SessionField` name (empty: no such session)."""
         raw = await self.redis.hgetall(self.keys.session(session_id))
-        return {_text(key): _text(value) for key, value in raw.items()}
+        return {reply_text(key): reply_text(value) for key, value in raw.items()}
 
     async def release_session(
         self, session_id: str, *, force: bool = False, unconfirmed_task: str = ""
@@ -109,8 +109,8 @@ class RecordStore(SettlingRecords, InteractionRecords):
                 self.retention_seconds,
             ],
         )
-        result = ReleaseResult(_text(reply[0]))
-        ran = result is not ReleaseResult.FORGOTTEN or _text(reply[1]) != "0"
+        result = ReleaseResult(reply_text(reply[0]))
+        ran = result is not ReleaseResult.FORGOTTEN or reply_text(reply[1]) != "0"
         return result, ran
 
     async def reopen(
@@ -131,7 +131,7 @@ class RecordStore(SettlingRecords, InteractionRecords):
             ],
             args=[self.keys.task_prefix(), spec_json, handle_id, handle_ttl_ms, *profile],
         )
-        values = [_text(item) for item in reply]
+        values = [reply_text(item) for item in reply]
         return ReopenResult(values[0]), values[1] if len(values) > 1 else ""
 
     async def touch_handles(self, session_id: str, handle_ids: Sequence[str], ttl_ms: int) -> None:
@@ -143,7 +143,7 @@ class RecordStore(SettlingRecords, InteractionRecords):
         await self.redis.zrem(self.keys.handles(session_id), handle_id)
 
     async def lease_holder(self, session_id: str) -> str:
-        return _text(await self.redis.get(self.keys.lease(session_id)))
+        return reply_text(await self.redis.get(self.keys.lease(session_id)))
 
     # -- starting -----------------------------------------------------------------------
     async def start_task(
@@ -192,7 +192,7 @@ class RecordStore(SettlingRecords, InteractionRecords):
                 ),
             ],
         )
-        values = [_text(item) for item in reply]
+        values = [reply_text(item) for item in reply]
         return StartResult(values[0]), values[1] if len(values) > 1 else ""
 
     async def tool_attempt(
@@ -213,7 +213,7 @@ class RecordStore(SettlingRecords, InteractionRecords):
 
     async def task_queue(self, task_id: str) -> str | None:
         """The broker queue the task was started on (None: not recorded)."""
-        return _text(await self.redis.hget(self.keys.task(task_id), TaskField.QUEUE)) or None
+        return reply_text(await self.redis.hget(self.keys.task(task_id), TaskField.QUEUE)) or None
 
     async def task_route(self, task_id: str) -> tuple[str | None, str | None]:
         """The broker queue the task was started on and its trace context (the record's
@@ -221,7 +221,7 @@ class RecordStore(SettlingRecords, InteractionRecords):
         queue, trace = await self.redis.hmget(
             self.keys.task(task_id), [TaskField.QUEUE, TaskField.TRACE]
         )
-        return _text(queue) or None, _text(trace) or None
+        return reply_text(queue) or None, reply_text(trace) or None
 
     async def record_trace(self, task_id: str, trace: str) -> bool:
         """Keep a just-started task's trace context in its record (``record_trace.lua``);
@@ -250,7 +250,7 @@ class RecordStore(SettlingRecords, InteractionRecords):
     async def task_statistics(self) -> TaskStatistics:
         """The deployment's task counters and histograms (see ``wire.statistics``)."""
         raw = await self.redis.hgetall(self.keys.task_statistics())
-        return parse_task_statistics({_text(k): _text(v) for k, v in raw.items()})
+        return parse_task_statistics({reply_text(k): reply_text(v) for k, v in raw.items()})
 
     async def active_counts(self) -> tuple[int, int]:
         """Tasks started and not yet claimed, and claimed and not yet settled, now."""
@@ -263,12 +263,12 @@ class RecordStore(SettlingRecords, InteractionRecords):
     # -- worker side --------------------------------------------------------------------
     async def cancel_recorded(self, task_id: str) -> bool:
         """Whether the task's cancellation has been requested (its durable flag)."""
-        return _text(await self.redis.hget(self.keys.task(task_id), TaskField.CANCEL)) == "1"
+        return reply_text(await self.redis.hget(self.keys.task(task_id), TaskField.CANCEL)) == "1"
 
     async def task_record(self, task_id: str) -> dict[str, str]:
         """The task's hash, by :class:`TaskField` name (empty: no such task)."""
         raw = await self.redis.hgetall(self.keys.task(task_id))
-        return {_text(key): _text(value) for key, value in raw.items()}
+        return {reply_text(key): reply_text(value) for key, value in raw.items()}
 
     async def claim(
         self, session_id: str, task_id: str, token: str, lease_ms: int, policy: LossPolicy
@@ -321,9 +321,9 @@ class RecordStore(SettlingRecords, InteractionRecords):
         known = {result.value: result for result in ClaimResult}
         counts = dict.fromkeys(ClaimResult, 0)
         for name, value in raw.items():
-            result = known.get(_text(name))
+            result = known.get(reply_text(name))
             if result is not None:
-                counts[result] = int(_text(value))
+                counts[result] = int(reply_text(value))
         return counts
 
     async def append(

@@ -181,13 +181,13 @@ class Claim:
 
 def claim_from_reply(reply: Any) -> Claim:
     """The claim script's reply as a :class:`Claim`."""
-    result = ClaimResult(_text(reply[0]))
+    result = ClaimResult(reply_text(reply[0]))
     if result is not ClaimResult.CLAIMED:
         return Claim(result)
     return Claim(
         result,
-        _text(reply[1]),
-        _text(reply[2]),
+        reply_text(reply[1]),
+        reply_text(reply[2]),
         int(reply[3]),
         _fields(reply[4]),
         _fields(reply[5]),
@@ -214,11 +214,12 @@ class BusyPolicy(StrEnum):
 
 
 def _fields(flat: Any) -> dict[str, str]:
-    items = [_text(item) for item in flat]
+    items = [reply_text(item) for item in flat]
     return dict(zip(items[0::2], items[1::2], strict=True))
 
 
-def _text(value: Any) -> str:
+def reply_text(value: Any) -> str:
+    """A Redis reply item as text (clients with or without ``decode_responses``; nil: "")."""
     if isinstance(value, bytes):
         return value.decode()
     return "" if value is None else str(value)
@@ -244,4 +245,5 @@ __all__ = [
     "StartingRecovery",
     "UnpublishedStarts",
     "claim_from_reply",
+    "reply_text",
 ]

@@ -30,6 +30,7 @@ from wire.backoff import CONNECTION_ERRORS, Outage
 from wire.keys import Keys
 from wire.messages import MaintenanceReply, MaintenanceRequest
 from wire.records import TaskField
+from wire.store_results import reply_text
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class CancelListener:
                         message = await pubsub.get_message(timeout=2.0)
                         if message is None:
                             continue
-                        run = self._runs.get(_text(message["data"]))
+                        run = self._runs.get(reply_text(message["data"]))
                         if run is not None:
                             run.cancel_requested.set()
             except asyncio.CancelledError:
@@ -92,7 +93,10 @@ class CancelListener:
 
     async def _recheck(self) -> None:
         for task_id, run in tuple(self._runs.items()):
-            if _text(await self._redis.hget(self._keys.task(task_id), TaskField.CANCEL)) == "1":
+            if (
+                reply_text(await self._redis.hget(self._keys.task(task_id), TaskField.CANCEL))
+                == "1"
+            ):
                 run.cancel_requested.set()
 
 
@@ -210,7 +214,7 @@ class MaintenanceConsumer:
                 continue
             outage.recovered()
             if item is not None:
-                await self._answer(_text(item))
+                await self._answer(reply_text(item))
 
     async def _answer(self, raw: str) -> None:
         """Carry out one request, then push its reply (with its TTL) and drop the request
@@ -258,12 +262,6 @@ class MaintenanceConsumer:
         except Exception as error:
             return MaintenanceReply(False, f"{type(error).__name__}: {error}")
         return MaintenanceReply(True)
-
-
-def _text(value: object) -> str:
-    if isinstance(value, bytes):
-        return value.decode()
-    return "" if value is None else str(value)
 
 
 __all__ = [

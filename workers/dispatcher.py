@@ -21,6 +21,7 @@ from wire.backoff import Outage
 from wire.celery_config import START_PRIORITY
 from wire.keys import Keys
 from wire.records import TaskField
+from wire.store_results import reply_text
 
 from .control import raise_if_cancelled
 from .republish import Republish
@@ -31,10 +32,6 @@ _TAKE_TIMEOUT_SECONDS = 2
 _BATCH = 64
 """Most ids taken at once: one pipelined read of their records, one thread hop to
 publish them all."""
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class ParkedRunDispatcher:
@@ -56,7 +53,7 @@ class ParkedRunDispatcher:
                 if first is None:
                     continue
                 more: list[bytes | str] = await self._redis.lpop(queue, _BATCH - 1) or []  # type: ignore[assignment]
-                task_ids = [_text(first[1]), *(_text(item) for item in more)]
+                task_ids = [reply_text(first[1]), *(reply_text(item) for item in more)]
                 async with self._redis.pipeline(transaction=False) as pipe:
                     for task_id in task_ids:
                         pipe.hmget(self._keys.task(task_id), [TaskField.SESSION, TaskField.QUEUE])
@@ -68,7 +65,11 @@ class ParkedRunDispatcher:
                 continue
             outage.recovered()
             runs = [
-                (task_id, _text(session), _text(queue_name) if queue_name else self._default_queue)
+                (
+                    task_id,
+                    reply_text(session),
+                    reply_text(queue_name) if queue_name else self._default_queue,
+                )
                 for task_id, (session, queue_name) in zip(task_ids, records, strict=True)
                 if session is not None  # settled and expired meanwhile: nothing to run
             ]

@@ -39,6 +39,7 @@ from redisvl.query.filter import Tag  # type: ignore[import-untyped]
 from wire import scripts
 from wire.keys import Keys
 from wire.store import RecordStore
+from wire.store_results import reply_text
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ class CheckpointPruner:
             documents[str(doc.checkpoint_id)] = (str(doc.id), _field(doc, "parent_checkpoint_id"))
         if len(documents) <= self._kept:
             return 0
-        latest_key = _text(await self._redis.get(self.keys.checkpoint_latest(session_id)))
+        latest_key = reply_text(await self._redis.get(self.keys.checkpoint_latest(session_id)))
         latest = latest_key.rsplit(":", 1)[-1] if latest_key else ""
         if latest not in documents:
             return 0  # no pointer yet, or written after the listing: next time
@@ -177,12 +178,6 @@ def _fence_of(lease: str) -> int:
 def _field(doc: Any, name: str) -> str:
     value = getattr(doc, name, "") or ""
     return "" if value == "None" else str(value)
-
-
-def _text(value: object) -> str:
-    if isinstance(value, bytes):
-        return value.decode()
-    return "" if value is None else str(value)
 
 
 __all__ = ["FULL_SWEEP_EVERY", "CheckpointPruner"]

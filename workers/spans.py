@@ -30,16 +30,11 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from wire.message_spans import message_attributes
+from wire.message_spans import OUTCOME, SESSION_ID, TASK_ID, TENANT, message_attributes
 from wire.records import TaskField
 from wire.tracing_context import TRACE_HEADERS, context_from, stored_context, tracer
 
 from .claimer import ClaimedRun
-
-TASK_ID = "ahp.task_id"
-SESSION_ID = "ahp.session_id"
-TENANT = "ahp.tenant"
-OUTCOME = "ahp.outcome"
 
 
 def message_headers(request: Any) -> dict[str, object]:

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -30,6 +29,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
+
+from bench.otlp_sink import OtlpHttpSink
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,12 +112,12 @@ class OtlpReceiver:
     spans: list[SeenSpan] = field(default_factory=list)
     requests: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: ThreadingHTTPServer | None = None
+    _sink: OtlpHttpSink | None = None
 
     @property
     def endpoint(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        assert self._sink is not None
+        return self._sink.endpoint
 
     def environment(self, service: str) -> dict[str, str]:
         """What a process needs to export its spans here, quickly."""
@@ -126,9 +127,7 @@ class OtlpReceiver:
             "OTEL_BSP_SCHEDULE_DELAY": "100",
         }
 
-    def _receive(self, body: bytes) -> None:
-        request = ExportTraceServiceRequest()
-        request.ParseFromString(body)
+    def _receive(self, request: ExportTraceServiceRequest) -> None:
         seen: list[SeenSpan] = []
         for resource_spans in request.resource_spans:
             resource = _attributes(resource_spans.resource.attributes)
@@ -154,30 +153,12 @@ class OtlpReceiver:
             self.spans.extend(seen)
 
     def __enter__(self) -> OtlpReceiver:
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length", "0"))
-                body = self.rfile.read(length)
-                if self.path == "/v1/traces":
-                    receiver._receive(body)
-                self.send_response(200)
-                self.send_header("content-type", "application/x-protobuf")
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._sink = OtlpHttpSink(self._receive)
         return self
 
     def __exit__(self, *_: object) -> None:
-        assert self._server is not None
-        self._server.shutdown()
-        self._server.server_close()
+        assert self._sink is not None
+        self._sink.close()
 
     def received(self) -> list[SeenSpan]:
         with self._lock:
